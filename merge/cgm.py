@@ -1,0 +1,283 @@
+"""CGM: the continuously generated data merge (spec section 3), as a partition-level iterator.
+
+``cgm_merge(a_batches, b_batches, params)`` takes two iterators of ``pyarrow.RecordBatch``
+(A and B in arrival order) and yields output batches of pairs (layout: ``merge.output``).
+Memory is O(N + batch size) whatever the stream length: only the two windows, the records
+read but not yet in a window, and the pairs not yet yielded are held. The passes run in the
+compiled kernel ``merge._kernel.cgm_passes``; Python runs once per input batch or output flush.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import KeyNaNError
+from smerge.merge import _kernel
+from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
+from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
+from smerge.merge.params import CGMParams
+from smerge.merge.stats import MergeStats, ReportWindows
+
+UnmatchedSink = Callable[[str, pa.RecordBatch], None]
+
+_NEED_A, _NEED_B, _FULL, _ENDED = 0, 1, 2, 3
+PASS_LOG = 4096
+
+
+def _peek(it: Iterator[pa.RecordBatch]) -> tuple[pa.RecordBatch | None, Iterator[pa.RecordBatch]]:
+    for first in it:
+        def chain(first=first):
+            yield first
+            yield from it
+        return first, chain()
+    return None, iter(())
+
+
+class _Side:
+    """One input stream: its iterator, records read but not yet in the window, its row store."""
+
+    def __init__(self, name: str, batches: Iterator[pa.RecordBatch], schema: pa.Schema, keys: tuple[str, ...],
+                 first_row: int, params: CGMParams, source: str | None, collect_keys: bool):
+        self.name, self.batches, self.schema, self.keys = name, batches, schema, keys
+        self.next_row = first_row
+        self.params, self.source = params, source
+        d = len(keys)
+        self.pend_k = np.empty((0, d), dtype=np.float64)
+        self.pend_r = np.empty(0, dtype=np.int64)
+        self.exhausted = False
+        self.store = RowStore(schema)
+        self.records = 0
+        self.nan_keys = 0
+        self.nan_rows: list[np.ndarray] = []
+        self.wait_seconds = 0.0
+        self.all_keys: list[np.ndarray] | None = [] if collect_keys else None
+        self.all_rows: list[np.ndarray] | None = [] if collect_keys else None
+
+    def pull(self, consumed: int) -> int:
+        """Read one more batch into the pending records; returns the new pending offset (0)."""
+        t0 = time.perf_counter()
+        batch = next(self.batches, None)
+        self.wait_seconds += time.perf_counter() - t0
+        keep_k, keep_r = self.pend_k[consumed:], self.pend_r[consumed:]
+        if batch is None:
+            self.exhausted = True
+            self.pend_k, self.pend_r = keep_k, keep_r
+            return 0
+        if batch.schema != self.schema:
+            batch = pa.RecordBatch.from_arrays(list(batch.columns), schema=self.schema) \
+                if batch.schema.names == self.schema.names else batch.cast(self.schema)
+        n = batch.num_rows
+        k = key_matrix(batch, self.keys)
+        r = np.arange(self.next_row, self.next_row + n, dtype=np.int64)
+        bad = nan_rows(k)
+        if bad.any():
+            first_bad = int(np.argmax(bad))
+            if self.params.nan_keys == "error":
+                col = next(c for j, c in enumerate(self.keys) if np.isnan(k[first_bad, j]))
+                raise KeyNaNError(col, int(r[first_bad]), self.source)
+            self.nan_keys += int(bad.sum())
+            self.nan_rows.append(r[bad])
+            k, r = k[~bad], r[~bad]
+        self.store.append(batch, self.next_row)
+        self.next_row += n
+        self.records += n
+        if self.all_keys is not None:
+            self.all_keys.append(k)
+            self.all_rows.append(r)
+        self.pend_k = np.ascontiguousarray(np.concatenate([keep_k, k])) if keep_k.shape[0] else k
+        self.pend_r = np.concatenate([keep_r, r]) if keep_r.shape[0] else r
+        return 0
+
+    def first_unconsumed_row(self, consumed: int) -> int:
+        return int(self.pend_r[consumed]) if consumed < self.pend_r.shape[0] else self.next_row
+
+    def drain_rest(self) -> Iterator[pa.RecordBatch]:
+        """Batches not yet read (all their records are unmatched)."""
+        while True:
+            t0 = time.perf_counter()
+            batch = next(self.batches, None)
+            self.wait_seconds += time.perf_counter() - t0
+            if batch is None:
+                self.exhausted = True
+                return
+            yield batch
+
+
+def kappa_max_pairs(keys_a: np.ndarray, rows_a: np.ndarray, keys_b: np.ndarray, rows_b: np.ndarray,
+                    eps: tuple[float, ...]) -> int:
+    """Pairs of the unbounded-window merge (spec section 4). Holds all keys in memory."""
+    oa = _kernel.argsort_keys(keys_a, rows_a)
+    ob = _kernel.argsort_keys(keys_b, rows_b)
+    cap = min(len(rows_a), len(rows_b)) + 1
+    pa_, pb_ = np.empty(cap, np.int64), np.empty(cap, np.int64)
+    return int(_kernel.sweep_until_dry(np.ascontiguousarray(keys_a[oa]), rows_a[oa],
+                                       np.ascontiguousarray(keys_b[ob]), rows_b[ob],
+                                       np.asarray(eps, np.float64), pa_, pb_))
+
+
+def cgm_merge(
+    a_batches: Iterable[pa.RecordBatch],
+    b_batches: Iterable[pa.RecordBatch],
+    params: CGMParams,
+    *,
+    schema_a: pa.Schema | None = None,
+    schema_b: pa.Schema | None = None,
+    stats: MergeStats | None = None,
+    unmatched: UnmatchedSink | None = None,
+    a_first_row: int = 0,
+    b_first_row: int = 0,
+    source_a: str | None = None,
+    source_b: str | None = None,
+    compute_kappa_max: bool = False,
+) -> Iterator[pa.RecordBatch]:
+    """Merge A and B with CGM; yield batches of pairs (spec sections 2-3).
+
+    ``unmatched(side, batch)`` receives the unmatched records of ``"a"`` and ``"b"`` (with
+    ``a_row``/``b_row`` when ``params.with_ids``). ``stats`` is filled in as the merge runs
+    and complete when the iterator is exhausted. ``compute_kappa_max`` keeps every key in
+    memory (O(stream length)) to compute kappa_max at the end.
+    """
+    t_start = time.perf_counter()
+    stats = stats if stats is not None else MergeStats("cgm")
+    stats.algorithm = "cgm"
+    stats.params = params.as_dict()
+    a_it, b_it = iter(a_batches), iter(b_batches)
+    if schema_a is None:
+        first, a_it = _peek(a_it)
+        schema_a = first.schema if first is not None else pa.schema([(k, pa.float64()) for k in params.keys.a])
+    if schema_b is None:
+        first, b_it = _peek(b_it)
+        schema_b = first.schema if first is not None else pa.schema([(k, pa.float64()) for k in params.keys.b])
+    check_key_compat(schema_a, params.keys.a, schema_b, params.keys.b, source_a=source_a, source_b=source_b)
+    out_schema = pair_schema(schema_a, schema_b, with_ids=params.with_ids)
+
+    A = _Side("a", a_it, schema_a, params.keys.a, a_first_row, params, source_a, compute_kappa_max)
+    B = _Side("b", b_it, schema_b, params.keys.b, b_first_row, params, source_b, compute_kappa_max)
+    n, d = params.window_size, len(params.keys.a)
+    eps = np.asarray(params.eps, dtype=np.float64)
+    wak, wbk, tak, tbk = (np.empty((n, d), np.float64) for _ in range(4))
+    war, wbr, tar, tbr = (np.empty(n, np.int64) for _ in range(4))
+    cap = max(params.out_batch_rows, 1) + 2 * n
+    pairs_a, pairs_b, ev_a, ev_b = (np.empty(cap, np.int64) for _ in range(4))
+    counts = np.zeros(4, np.int64)
+    pass_m, pass_ret = np.empty(PASS_LOG, np.int64), np.empty(PASS_LOG, np.int64)
+    sma, smb = np.empty(n, np.bool_), np.empty(n, np.bool_)
+    spa, spb = np.empty(n, np.int64), np.empty(n, np.int64)
+    st = np.zeros(8, np.int64)
+    report = ReportWindows(n)
+    yield_seconds = 0.0
+
+    def emit_unmatched(side: _Side, rows: np.ndarray) -> None:
+        if unmatched is not None and rows.size:
+            batch = side.store.take(rows)
+            if params.with_ids:
+                batch = batch.append_column(f"{side.name}_row", pa.array(rows, pa.int64()))
+            unmatched(side.name, batch)
+
+    def flush() -> pa.RecordBatch | None:
+        """Gather pairs and unmatched records found so far; release rows no longer needed."""
+        npairs, nea, neb, npass = (int(x) for x in counts)
+        report.add_many(pass_m[:npass], pass_ret[:npass])
+        stats.passes += npass
+        stats.matched += npairs
+        stats.a_unmatched += nea
+        stats.b_unmatched += neb
+        out = None
+        if npairs:
+            ra, rb = pairs_a[:npairs].copy(), pairs_b[:npairs].copy()
+            out = pair_batch(out_schema, A.store.take(ra), B.store.take(rb),
+                             ra if params.with_ids else None, rb if params.with_ids else None)
+        emit_unmatched(A, ev_a[:nea])
+        emit_unmatched(B, ev_b[:neb])
+        for side in (A, B):
+            if side.nan_rows:
+                rows = np.concatenate(side.nan_rows)
+                side.nan_rows.clear()
+                emit_unmatched(side, rows)
+        counts[:] = 0
+        A.store.release(war[: st[0]], A.first_unconsumed_row(int(st[2])))
+        B.store.release(wbr[: st[1]], B.first_unconsumed_row(int(st[3])))
+        return out
+
+    while True:
+        status = _kernel.cgm_passes(
+            st, wak, war, wbk, wbr, tak, tar, tbk, tbr,
+            A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted,
+            eps, n, params.least_increment_a, params.least_increment_b,
+            pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb,
+        )
+        if status == _NEED_A:
+            st[2] = A.pull(int(st[2]))
+        elif status == _NEED_B:
+            st[3] = B.pull(int(st[3]))
+        else:
+            out = flush()
+            if out is not None and out.num_rows:
+                t0 = time.perf_counter()
+                yield out
+                yield_seconds += time.perf_counter() - t0
+            if status == _ENDED:
+                break
+
+    # Step 6: everything left in either window, the pending records and the rest of the
+    # streams is unmatched.
+    for side, w_rows, pos in ((A, war[: st[0]], int(st[2])), (B, wbr[: st[1]], int(st[3]))):
+        left = np.concatenate([w_rows, side.pend_r[pos:]])
+        if side is A:
+            stats.a_unmatched += left.size
+            for s in range(0, left.size, n):
+                report.add(0, min(n, left.size - s))
+        else:
+            stats.b_unmatched += left.size
+        emit_unmatched(side, left)
+        for batch in side.drain_rest():
+            rows = np.arange(side.next_row, side.next_row + batch.num_rows, dtype=np.int64)
+            side.next_row += batch.num_rows
+            side.records += batch.num_rows
+            if side is A:
+                stats.a_unmatched += batch.num_rows
+                for s in range(0, batch.num_rows, n):
+                    report.add(0, min(n, batch.num_rows - s))
+            else:
+                stats.b_unmatched += batch.num_rows
+            if unmatched is not None:
+                if params.with_ids:
+                    batch = batch.append_column(f"{side.name}_row", pa.array(rows, pa.int64()))
+                unmatched(side.name, batch)
+    # NaN-keyed records count as unmatched (they were never in a window).
+    for side in (A, B):
+        if side.nan_rows:
+            rows = np.concatenate(side.nan_rows)
+            side.nan_rows.clear()
+            emit_unmatched(side, rows)
+    stats.a_unmatched += A.nan_keys
+    stats.b_unmatched += B.nan_keys
+    # NaN rows count as retired A records too.
+    if A.nan_keys:
+        report.add(0, A.nan_keys)
+    report.finish()
+    stats.kappas = report.kappas
+    stats.a_records, stats.b_records = A.records, B.records
+    stats.a_nan_keys, stats.b_nan_keys = A.nan_keys, B.nan_keys
+    if compute_kappa_max:
+        ka = np.concatenate(A.all_keys) if A.all_keys else np.empty((0, d))
+        ra = np.concatenate(A.all_rows) if A.all_rows else np.empty(0, np.int64)
+        kb = np.concatenate(B.all_keys) if B.all_keys else np.empty((0, d))
+        rb = np.concatenate(B.all_rows) if B.all_rows else np.empty(0, np.int64)
+        pairs = kappa_max_pairs(np.ascontiguousarray(ka), ra, np.ascontiguousarray(kb), rb, params.eps)
+        stats.kappa_max = pairs / A.records if A.records else 1.0
+    stats.check_accounting()
+    stats.merge_seconds = time.perf_counter() - t_start - A.wait_seconds - B.wait_seconds - yield_seconds
+
+
+def cgm_merge_table(a: pa.Table, b: pa.Table, params: CGMParams, **kw) -> pa.Table:
+    """Convenience: merge two in-memory tables; returns all pairs as one table (loads it all)."""
+    schema_a, schema_b = a.schema, b.schema
+    with_ids = params.with_ids
+    batches = list(cgm_merge(a.to_batches(), b.to_batches(), params, schema_a=schema_a, schema_b=schema_b, **kw))
+    schema = pair_schema(schema_a, schema_b, with_ids=with_ids)
+    return pa.Table.from_batches(batches or [empty_batch(schema)], schema=schema)

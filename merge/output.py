@@ -1,0 +1,124 @@
+"""Output layout of a merge (spec section 2) and the row store that gathers payload.
+
+Output columns: every column of A under its own name, then every column of B, with ``_b``
+added to a B column whose name already exists; with ids, ``a_row`` and ``b_row`` (int64).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
+
+
+def b_output_names(names_a: Sequence[str], names_b: Sequence[str]) -> list[str]:
+    """B's column names in the output: ``_b`` appended while the name is already taken."""
+    taken = set(names_a)
+    out = []
+    for n in names_b:
+        m = n
+        while m in taken:
+            m = m + "_b"
+        taken.add(m)
+        out.append(m)
+    return out
+
+
+def pair_schema(schema_a: pa.Schema, schema_b: pa.Schema, *, with_ids: bool) -> pa.Schema:
+    names_b = b_output_names(schema_a.names, schema_b.names)
+    fields = list(schema_a) + [f.with_name(n) for f, n in zip(schema_b, names_b)]
+    if with_ids:
+        fields += [pa.field("a_row", pa.int64(), nullable=False), pa.field("b_row", pa.int64(), nullable=False)]
+    return pa.schema(fields)
+
+
+def pair_batch(schema: pa.Schema, a: pa.RecordBatch, b: pa.RecordBatch,
+               a_rows: np.ndarray | None, b_rows: np.ndarray | None) -> pa.RecordBatch:
+    cols = list(a.columns) + list(b.columns)
+    if a_rows is not None:
+        cols += [pa.array(a_rows, pa.int64()), pa.array(b_rows, pa.int64())]
+    return pa.RecordBatch.from_arrays(cols, schema=schema)
+
+
+class RowStore:
+    """Holds the input batches whose records may still be output, addressed by row id.
+
+    Segments are ``(first_row, row_ids or None, batch)``: a plain segment covers the
+    contiguous rows ``first_row ..``; a compacted one lists its (sorted) row ids. ``compact``
+    keeps only the rows still alive, so memory stays O(window) whatever the stream length.
+    """
+
+    def __init__(self, schema: pa.Schema):
+        self.schema = schema
+        self._segs: list[tuple[int, np.ndarray | None, pa.RecordBatch]] = []
+        self.rows_held = 0
+
+    def append(self, batch: pa.RecordBatch, first_row: int) -> None:
+        if batch.num_rows:
+            self._segs.append((first_row, None, batch))
+            self.rows_held += batch.num_rows
+
+    def _last_row(self, seg) -> int:
+        first, ids, batch = seg
+        return int(ids[-1]) if ids is not None else first + batch.num_rows - 1
+
+    def take(self, rows: np.ndarray) -> pa.RecordBatch:
+        """Records with the given row ids, in the given order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0:
+            return empty_batch(self.schema)
+        firsts = np.array([s[0] for s in self._segs], dtype=np.int64)
+        seg_of = np.searchsorted(firsts, rows, side="right") - 1
+        offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
+        np.cumsum([s[2].num_rows for s in self._segs], out=offsets[1:])
+        pos = np.empty(rows.size, dtype=np.int64)
+        used = np.unique(seg_of)
+        for s in used.tolist():
+            sel = seg_of == s
+            first, ids, batch = self._segs[s]
+            local = rows[sel] - first if ids is None else np.searchsorted(ids, rows[sel])
+            pos[sel] = offsets[s] + local
+        if used.size == 1:
+            s = int(used[0])
+            return self._segs[s][2].take(pa.array(pos - offsets[s]))
+        lo, hi = int(used[0]), int(used[-1]) + 1
+        table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
+        taken = table.take(pa.array(pos - offsets[lo])).combine_chunks()
+        batches = taken.to_batches()
+        return batches[0] if batches else empty_batch(self.schema)
+
+    def release(self, live_rows: np.ndarray, next_row: int) -> None:
+        """Drop rows that are not live: ``live_rows`` (any order) plus every row >= ``next_row``.
+
+        Segments wholly dead are dropped; when the held rows exceed twice the live count
+        (plus one batch), the old segments are compacted into one of live rows only.
+        """
+        if not self._segs:
+            return
+        live = np.sort(np.asarray(live_rows, dtype=np.int64))
+        keep = []
+        for seg in self._segs:
+            first, ids, batch = seg
+            last = self._last_row(seg)
+            if last >= next_row:
+                keep.append(seg)
+                continue
+            lo = np.searchsorted(live, first)
+            hi = np.searchsorted(live, last, side="right")
+            if hi > lo:
+                keep.append(seg)
+        self._segs = keep
+        self.rows_held = sum(s[2].num_rows for s in self._segs)
+        old = [s for s in self._segs if self._last_row(s) < next_row]
+        old_rows = sum(s[2].num_rows for s in old)
+        n_live_old = int(np.searchsorted(live, next_row))
+        if len(old) > 1 and old_rows > 2 * n_live_old + 4096:
+            ids = live[:n_live_old]
+            compacted = self.take(ids)
+            self._segs = [(int(ids[0]), ids, compacted)] + self._segs[len(old):]
+            self.rows_held = sum(s[2].num_rows for s in self._segs)

@@ -1,0 +1,107 @@
+"""Engine parameters: one frozen dataclass per engine, validated once at construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from smerge.errors import UsageError
+
+DEFAULT_WINDOW_SIZE = 5000
+DEFAULT_LEAST_INCREMENT = 1000
+DEFAULT_DELTA_WINDOWS = 10
+NAN_KEY_POLICIES = ("error", "unmatched")
+
+
+def resolve_eps(eps: float | Sequence[float] | Mapping[str, float], keys: Sequence[str]) -> tuple[float, ...]:
+    """One tolerance per key: a scalar applies to all keys; a mapping names keys (others 0)."""
+    if isinstance(eps, Mapping):
+        unknown = sorted(set(eps) - set(keys))
+        if unknown:
+            raise UsageError(
+                f"--eps names {', '.join(unknown)}, which are not merge keys; the keys are {', '.join(keys)}"
+            )
+        out = tuple(float(eps.get(k, 0.0)) for k in keys)
+    elif isinstance(eps, (int, float)):
+        out = (float(eps),) * len(keys)
+    else:
+        out = tuple(float(e) for e in eps)
+        if len(out) != len(keys):
+            raise UsageError(f"--eps has {len(out)} values but there are {len(keys)} keys ({', '.join(keys)})")
+    for k, e in zip(keys, out):
+        if math.isnan(e) or e < 0:
+            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a number >= 0")
+    return out
+
+
+@dataclass(frozen=True)
+class MergeKeys:
+    """Key column names in A and in B (same length, compared position by position)."""
+
+    a: tuple[str, ...]
+    b: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not self.a:
+            raise UsageError("no merge keys: pass --keys K1,K2 (tabular inputs have no default keys)")
+        if len(self.a) != len(self.b):
+            raise UsageError(
+                f"A has {len(self.a)} keys ({', '.join(self.a)}) but B has {len(self.b)} "
+                f"({', '.join(self.b)}); give both the same number of keys with --keys/--keys-b"
+            )
+
+
+@dataclass(frozen=True)
+class CGMParams:
+    """Parameters of the CGM merge (spec section 3).
+
+    ``window_size`` is N; ``least_increment_a``/``_b`` are K_A/K_B with 0 < K <= N;
+    ``eps`` has one tolerance per key (in the key's unit).
+    """
+
+    keys: MergeKeys
+    eps: tuple[float, ...]
+    window_size: int = DEFAULT_WINDOW_SIZE
+    least_increment_a: int = DEFAULT_LEAST_INCREMENT
+    least_increment_b: int = DEFAULT_LEAST_INCREMENT
+    with_ids: bool = False
+    nan_keys: str = "error"
+    delta: float | None = None
+    delta_windows: int = DEFAULT_DELTA_WINDOWS
+    out_batch_rows: int = field(default=65536, compare=False)
+
+    def __post_init__(self) -> None:
+        n = self.window_size
+        if not isinstance(n, int) or n < 1:
+            raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
+        for name, k in (("--increment-a", self.least_increment_a), ("--increment-b", self.least_increment_b)):
+            if not isinstance(k, int) or k < 1:
+                raise UsageError(f"{name} is {k}; the least window increment K must be an integer >= 1")
+            if k > n:
+                raise UsageError(f"{name} is {k} but the window size N is {n}; use K <= N")
+        if len(self.eps) != len(self.keys.a):
+            raise UsageError(f"{len(self.eps)} tolerances for {len(self.keys.a)} keys")
+        for k, e in zip(self.keys.a, self.eps):
+            if math.isnan(e) or e < 0:
+                raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a number >= 0")
+        if self.nan_keys not in NAN_KEY_POLICIES:
+            raise UsageError(f"--nan-keys is {self.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
+        if self.delta is not None and not (0.0 <= self.delta <= 1.0):
+            raise UsageError(f"--delta is {self.delta}; the allowed drop rate is a fraction in [0, 1]")
+        if self.delta_windows < 1:
+            raise UsageError(f"--delta-windows is {self.delta_windows}; use an integer >= 1")
+
+    def as_dict(self) -> dict:
+        return {
+            "keys_a": list(self.keys.a),
+            "keys_b": list(self.keys.b),
+            "eps": dict(zip(self.keys.a, self.eps)),
+            "window_size": self.window_size,
+            "least_increment_a": self.least_increment_a,
+            "least_increment_b": self.least_increment_b,
+            "with_ids": self.with_ids,
+            "nan_keys": self.nan_keys,
+            "delta": self.delta,
+            "delta_windows": self.delta_windows,
+        }

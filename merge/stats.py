@@ -1,0 +1,117 @@
+"""Match statistics and the best-effort delta check (spec section 4)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class ReportWindows:
+    """Groups consecutive passes (or RTM A-windows) until >= N records of A are retired.
+
+    ``kappa_i = matched / retired`` for each report window; the last, partial group is kept.
+    """
+
+    window_size: int
+    kappas: list[float] = field(default_factory=list)
+    _matched: int = 0
+    _retired: int = 0
+
+    def add(self, matched: int, retired: int) -> None:
+        self._matched += matched
+        self._retired += retired
+        if self._retired >= self.window_size:
+            self._close()
+
+    def add_many(self, matched: np.ndarray, retired: np.ndarray) -> None:
+        for m, r in zip(matched.tolist(), retired.tolist()):
+            self.add(m, r)
+
+    def finish(self) -> None:
+        if self._retired > 0:
+            self._close()
+
+    def _close(self) -> None:
+        self.kappas.append(self._matched / self._retired)
+        self._matched = 0
+        self._retired = 0
+
+
+def drop_rate_moving_max(kappas: list[float], m: int, overall_kappa: float) -> float:
+    """max over n >= m of 1 - Delta_{m,n}; with fewer than m windows, the overall drop rate."""
+    if len(kappas) < m:
+        return 1.0 - overall_kappa
+    k = np.asarray(kappas, dtype=np.float64)
+    c = np.concatenate([[0.0], np.cumsum(k)])
+    moving = (c[m:] - c[:-m]) / m
+    return float(1.0 - moving.min())
+
+
+@dataclass
+class MergeStats:
+    """Statistics of one merge run; ``as_dict`` gives the JSON of spec/CLI.md."""
+
+    algorithm: str
+    a_records: int = 0
+    b_records: int = 0
+    matched: int = 0
+    a_unmatched: int = 0
+    b_unmatched: int = 0
+    a_nan_keys: int = 0
+    b_nan_keys: int = 0
+    passes: int = 0
+    kappas: list[float] = field(default_factory=list)
+    kappa_max: float | None = None
+    fetch_seconds: float = 0.0
+    merge_seconds: float = 0.0
+    write_seconds: float = 0.0
+    total_seconds: float = 0.0
+    params: dict = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    def check_accounting(self) -> None:
+        """Exact accounting (spec section 2): matched + unmatched = read, for both inputs."""
+        if self.matched + self.a_unmatched != self.a_records:
+            raise AssertionError(f"A accounting broken: {self.matched} + {self.a_unmatched} != {self.a_records}")
+        if self.algorithm == "cgm" and self.matched + self.b_unmatched != self.b_records:
+            raise AssertionError(f"B accounting broken: {self.matched} + {self.b_unmatched} != {self.b_records}")
+
+    @property
+    def match_pct(self) -> float:
+        return 100.0 * self.matched / self.a_records if self.a_records else 0.0
+
+    def as_dict(self) -> dict:
+        delta = self.params.get("delta")
+        m = int(self.params.get("delta_windows", 10))
+        overall = self.matched / self.a_records if self.a_records else 1.0
+        drop = drop_rate_moving_max(self.kappas, m, overall) if self.a_records else 0.0
+        out = {
+            "algorithm": self.algorithm,
+            "a_records": self.a_records,
+            "b_records": self.b_records,
+            "matched": self.matched,
+            "a_unmatched": self.a_unmatched,
+            "b_unmatched": self.b_unmatched,
+            "a_nan_keys": self.a_nan_keys,
+            "b_nan_keys": self.b_nan_keys,
+            "match_pct": self.match_pct,
+            "passes": self.passes,
+            "report_windows": len(self.kappas),
+            "kappa_min": min(self.kappas) if self.kappas else None,
+            "drop_rate_moving_max": drop,
+            "delta_ok": (drop <= delta + 1e-12) if delta is not None else None,
+            "kappa_max": self.kappa_max,
+            "fetch_seconds": self.fetch_seconds,
+            "merge_seconds": self.merge_seconds,
+            "write_seconds": self.write_seconds,
+            "total_seconds": self.total_seconds,
+            "params": self.params,
+        }
+        if delta is None:
+            del out["delta_ok"]
+        if self.kappa_max is None:
+            del out["kappa_max"]
+        out.update(self.extra)
+        return out
