@@ -1,1 +1,32 @@
-"""smerge.datasets."""
+"""Readers and writers: the only package that imports netCDF4 and the Parquet/CSV/IPC modules.
+
+``open_input(path)`` picks a backend by content, then extension, and returns an
+``InputSource`` whose ``batches()`` streams record batches of bounded size.
+``open_output(path, schema)`` returns an atomic writer (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, backends, guess_backend, register_backend
+from smerge.datasets.writers import FORMATS, Output, check_output_path, format_for, open_output
+
+__all__ = [
+    "DEFAULT_BATCH_ROWS", "GridInfo", "InputSource", "backends", "guess_backend", "register_backend",
+    "open_input", "FORMATS", "Output", "check_output_path", "format_for", "open_output",
+]
+
+
+def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
+               batch_rows: int = DEFAULT_BATCH_ROWS, fmt: str | None = None, decode_times: bool = False) -> InputSource:
+    """Open ``path`` as a stream of records (spec section 1).
+
+    ``keys``: key columns/variables (netCDF default: the coordinate variables of the chosen
+    variables' dimensions; tabular files have no default). ``variables``: payload (default: all
+    variables on the key dimensions / all non-key columns). ``decode_times``: netCDF keys with
+    CF units ``"<unit> since <date>"`` become ``timestamp[ns]``. Nothing is read beyond metadata
+    until ``batches()`` is iterated.
+    """
+    backend = guess_backend(path, fmt)
+    return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times)

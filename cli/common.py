@@ -1,0 +1,144 @@
+"""Shared CLI plumbing: error mapping to exit codes, option parsing, progress, summaries.
+
+The library raises ``SmergeError`` subclasses; only this module maps them to exit codes
+(spec/CLI.md): 2 usage/input error (one line, no traceback), 1 unexpected error (one line;
+``--debug`` shows the traceback), 3 the run finished but violated ``--delta``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Callable, Sequence
+
+import typer
+
+from smerge.errors import SmergeError, UsageError
+
+EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DELTA = 0, 1, 2, 3
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
+    typer.echo(f"smerge: error: {message}", err=True)
+    return typer.Exit(code)
+
+
+def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
+    """Run a command body; map errors to one stderr line and the exit codes of spec/CLI.md."""
+    try:
+        code = fn()
+    except typer.Exit:
+        raise
+    except SmergeError as e:
+        if debug:
+            traceback.print_exc()
+        raise fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        raise fail("interrupted; no output was written", 130)
+    except MemoryError:
+        raise fail("out of memory; lower --window or the batch size", EXIT_INTERNAL)
+    except Exception as e:  # unexpected: one line, traceback only with --debug
+        if debug:
+            traceback.print_exc()
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise fail(f"internal error: {type(e).__name__}: {msg} (run with --debug for the traceback)", EXIT_INTERNAL)
+    raise typer.Exit(code or EXIT_OK)
+
+
+def split_list(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = tuple(s.strip() for s in value.split(",") if s.strip())
+    if not items:
+        raise UsageError(f"empty list {value!r}; give names separated by commas")
+    return items
+
+
+def parse_eps(value: str) -> float | dict[str, float]:
+    """``0.01`` or ``lat=0.01,lon=0.01,time=0``."""
+    value = value.strip()
+    if "=" not in value:
+        try:
+            return float(value)
+        except ValueError:
+            raise UsageError(f"--eps {value!r} is not a number; use --eps 0.01 or --eps lat=0.01,lon=0.02") from None
+    out = {}
+    for part in value.split(","):
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise UsageError(f"--eps part {part!r} is not KEY=VALUE; use --eps lat=0.01,lon=0.02")
+        try:
+            out[k.strip()] = float(v)
+        except ValueError:
+            raise UsageError(f"--eps value for {k.strip()!r} is {v!r}, not a number") from None
+    return out
+
+
+def progress_enabled(flag: bool | None) -> bool:
+    return sys.stderr.isatty() if flag is None else flag
+
+
+def tqdm_progress(enabled: bool):
+    """A progress factory for the library runners (tqdm on stderr), or None."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    class _Bar:
+        def __init__(self, total, unit):
+            self._bar = tqdm(total=total, unit=" " + unit.split()[-1], unit_scale=True, file=sys.stderr,
+                             desc=unit.split()[0], leave=False, dynamic_ncols=True)
+
+        def update(self, n):
+            self._bar.update(n)
+
+        def close(self):
+            self._bar.close()
+
+    return lambda total, unit: _Bar(total, unit)
+
+
+def emit_stats(stats: dict, *, as_json: bool, summary: Callable[[dict], str]) -> None:
+    if as_json:
+        typer.echo(json.dumps(stats, indent=2, default=float))
+    else:
+        typer.echo(summary(stats))
+
+
+def merge_summary(s: dict) -> str:
+    """The human summary of a cgm/rtm run."""
+    lines = [
+        f"smerge {s['algorithm']}: {os.path.basename(str(s.get('a', 'A')))} + "
+        f"{os.path.basename(str(s.get('b', 'B')))} -> {s.get('output', '')}",
+        f"  records   A {s['a_records']:,}  B {s['b_records']:,}",
+        f"  matched   {s['matched']:,} pairs ({s['match_pct']:.2f}% of A)",
+        f"  unmatched A {s['a_unmatched']:,}  B {s['b_unmatched']:,}",
+    ]
+    if s.get("report_windows"):
+        kmin = s.get("kappa_min")
+        lines.append(f"  windows   {s['report_windows']:,} report windows, kappa min "
+                     f"{kmin:.4f}, moving drop rate max {s['drop_rate_moving_max']:.4f}")
+    if "kappa_max" in s:
+        lines.append(f"  kappa_max {s['kappa_max']:.4f} (match rate with an unbounded window)")
+    if "delta_ok" in s:
+        verdict = "ok" if s["delta_ok"] else "VIOLATED"
+        lines.append(f"  delta     {s['params'].get('delta')} over {s['params'].get('delta_windows')} windows: {verdict}")
+    lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  merge {s['merge_seconds']:.3f}  "
+                 f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
+    return "\n".join(lines)
+
+
+def delta_exit(stats: dict) -> int:
+    return EXIT_DELTA if stats.get("delta_ok") is False else EXIT_OK
+
+
+def parse_conf(values: Sequence[str] | None) -> dict[str, str]:
+    out = {}
+    for v in values or ():
+        k, sep, val = v.partition("=")
+        if not sep or not k:
+            raise UsageError(f"--conf {v!r} is not KEY=VALUE")
+        out[k] = val
+    return out

@@ -1,0 +1,71 @@
+"""The ``smerge`` command: one Typer app per command module, combined here."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="smerge",
+    help="Merge gridded and partially sorted data streams on common keys (CGM, RTM, W-join), in-process or on Spark.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# Each module defines `app`, a Typer app holding its command(s). Add a module here to add a command.
+COMMAND_MODULES = [
+    "smerge.cli.cgm",
+    "smerge.cli.gen",
+    "smerge.cli.rtm",
+    "smerge.cli.serve",
+    "smerge.cli.index",
+    "smerge.cli.wjoin",
+    "smerge.cli.batch",
+]
+
+for _name in COMMAND_MODULES:
+    try:
+        _mod = importlib.import_module(_name)
+    except ModuleNotFoundError as _e:
+        if _e.name != _name:
+            raise
+        continue  # that command is not part of this version yet
+    app.add_typer(_mod.app)
+
+
+@app.callback()
+def _root() -> None:
+    """smerge: best-effort eps-delta merges and window joins of partially sorted streams."""
+
+
+def _is_usage_error(e: BaseException) -> bool:
+    # Typer may vendor Click; match Click's UsageError family by name, not by import.
+    return any(c.__name__ == "UsageError" for c in type(e).__mro__) and hasattr(e, "format_message")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point; usage errors become one line on stderr and exit code 2."""
+    try:
+        rv = app(args=argv, prog_name="smerge", standalone_mode=False)
+    except typer.Exit as e:
+        return e.exit_code
+    except typer.Abort:
+        print("smerge: error: aborted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        if not _is_usage_error(e):
+            raise
+        ctx = getattr(e, "ctx", None)
+        name = getattr(ctx, "info_name", None)
+        cmd = f" {name}" if name and name != "smerge" else ""
+        print(f"smerge: error: {e.format_message()} (see smerge{cmd} --help)", file=sys.stderr)
+        return 2
+    return rv if isinstance(rv, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,15 @@
+"""Entry to Spark execution from the CLI (the Spark adapter lives in ``smerge.spark``)."""
+
+from __future__ import annotations
+
+from smerge.errors import UsageError
+
+
+def run_on_spark(prep, *, master: str, partitions: int | None, conf: dict, progress, verbose: bool) -> dict:
+    try:
+        from smerge.spark import run_cgm_spark
+    except ImportError:
+        raise UsageError(
+            f"Spark execution (--master {master}) is not available yet in this version; run with --local"
+        ) from None
+    return run_cgm_spark(prep, master=master, partitions=partitions, conf=conf, progress=progress, verbose=verbose)

@@ -1,0 +1,5 @@
+import sys
+
+from smerge.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,217 @@
+"""Merge jobs: open inputs, validate everything up front, run an engine, write atomically.
+
+A ``CGMJob`` describes one merge as the user gave it (paths, key names, parameters). ``prepare``
+opens the inputs (metadata only), resolves default keys, validates every parameter and the
+output paths, and returns a ``PreparedMerge``; nothing is written before that succeeds.
+``run_local`` runs the engine in this process with dual buffering (background readers).
+The Spark runner (``smerge.spark``) takes the same ``PreparedMerge``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping, Sequence
+
+import pyarrow as pa
+
+from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
+from smerge.errors import OutputError, SmergeError, UsageError
+from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
+from smerge.merge.keys import check_key_compat
+from smerge.merge.output import b_output_names, pair_schema
+from smerge.transport import Prefetcher
+
+ProgressFactory = Callable[[int | None, str], "Progress"]
+
+
+class Progress:
+    """What the runner needs of a progress bar (the CLI passes a tqdm-backed one)."""
+
+    def update(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class CGMJob:
+    """One CGM merge as given on the command line or in a batch file."""
+
+    a: str
+    b: str
+    output: str | None = None
+    format: str | None = None
+    keys_a: tuple[str, ...] | None = None
+    keys_b: tuple[str, ...] | None = None
+    vars_a: tuple[str, ...] | None = None
+    vars_b: tuple[str, ...] | None = None
+    eps: float | Mapping[str, float] | tuple[float, ...] = 0.0
+    window_size: int = 5000
+    least_increment_a: int = 1000
+    least_increment_b: int = 1000
+    with_ids: bool = False
+    nan_keys: str = "error"
+    delta: float | None = None
+    delta_windows: int = 10
+    unmatched: str | None = None
+    stats: str | None = None
+    kappa_max: bool = False
+    overwrite: bool = False
+    batch_rows: int = 131072
+    command: str = ""
+
+
+@dataclass
+class PreparedMerge:
+    job: CGMJob
+    src_a: InputSource
+    src_b: InputSource
+    params: CGMParams
+    output: str
+    output_format: str
+    out_schema: pa.Schema
+    write_ids: bool
+    unmatched_paths: tuple[str, str] | None
+    extra: dict = field(default_factory=dict)
+
+
+def default_output(a: str, b: str) -> str:
+    stem = lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0]  # noqa: E731
+    return f"{stem(a)}+{stem(b)}.parquet"
+
+
+def prepare(job: CGMJob) -> PreparedMerge:
+    """Open inputs (metadata only) and validate every parameter and output path."""
+    src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+    keys_b = job.keys_b or job.keys_a
+    src_b = open_input(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+    if not src_a.keys:
+        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+    if not src_b.keys:
+        raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
+    check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b)
+    eps = resolve_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a)
+    params = CGMParams(keys=keys, eps=eps, window_size=job.window_size, least_increment_a=job.least_increment_a,
+                       least_increment_b=job.least_increment_b, with_ids=job.with_ids, nan_keys=job.nan_keys,
+                       delta=job.delta, delta_windows=job.delta_windows)
+    output = job.output or default_output(job.a, job.b)
+    fmt = format_for(output, job.format)
+    if fmt == "netcdf" and src_a.grid is None:
+        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
+    check_output_path(output, overwrite=job.overwrite)
+    unmatched = None
+    if job.unmatched:
+        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
+        for p in unmatched:
+            check_output_path(p, overwrite=job.overwrite)
+    if job.stats:
+        check_output_path(job.stats, overwrite=True)
+    for p in (job.a, job.b):
+        if os.path.abspath(p) == os.path.abspath(output):
+            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    write_ids = params.with_ids
+    if fmt == "netcdf" and not write_ids:
+        params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
+    out_schema = pair_schema(src_a.schema, src_b.schema, with_ids=params.with_ids)
+    return PreparedMerge(job=job, src_a=src_a, src_b=src_b, params=params, output=output, output_format=fmt,
+                         out_schema=out_schema, write_ids=write_ids, unmatched_paths=unmatched)
+
+
+def open_outputs(prep: PreparedMerge):
+    """The atomic writers of a run: (pairs, unmatched A, unmatched B) — the last two may be None."""
+    options = {}
+    if prep.output_format == "netcdf":
+        names_b = b_output_names(prep.src_a.schema.names, prep.src_b.schema.names)
+        b_payload = [(n, o) for n, o in zip(prep.src_b.schema.names, names_b) if n not in prep.src_b.keys]
+        options = dict(template=prep.src_a, template_b=prep.src_b, b_columns=[o for _, o in b_payload],
+                       b_sources=[n for n, _ in b_payload], history=prep.job.command or "smerge cgm")
+    outs = []
+    try:
+        outs.append(open_output(prep.output, prep.out_schema, fmt=prep.output_format, overwrite=prep.job.overwrite,
+                                **options))
+        if prep.unmatched_paths:
+            for side, path, src in (("a", prep.unmatched_paths[0], prep.src_a), ("b", prep.unmatched_paths[1], prep.src_b)):
+                schema = src.schema
+                if prep.params.with_ids:
+                    schema = schema.append(pa.field(f"{side}_row", pa.int64()))
+                outs.append(open_output(path, schema, fmt="parquet", overwrite=prep.job.overwrite))
+        else:
+            outs += [None, None]
+    except BaseException:
+        for o in outs:
+            if o is not None:
+                o.abort()
+        raise
+    return outs
+
+
+def write_stats(path: str, stats: dict) -> None:
+    """Write the statistics JSON atomically."""
+    tmp = f"{path}.smerge-tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(stats, f, indent=2, sort_keys=False, default=float)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, prefetch_depth: int = 4) -> dict:
+    """Run the CGM merge in this process; return the statistics dict (spec/CLI.md)."""
+    t0 = time.perf_counter()
+    stats = MergeStats("cgm")
+    out, un_a, un_b = open_outputs(prep)
+    bar = progress(prep.src_a.num_rows, "A records") if progress else None
+    write_seconds = 0.0
+    drop_ids = prep.params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    pa_it = Prefetcher(prep.src_a.batches(), prefetch_depth, "smerge-read-a",
+                       on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
+    pb_it = Prefetcher(prep.src_b.batches(), prefetch_depth, "smerge-read-b")
+
+    def sink(side: str, batch: pa.RecordBatch) -> None:
+        nonlocal write_seconds
+        w = un_a if side == "a" else un_b
+        if w is not None:
+            t = time.perf_counter()
+            w.write(batch)
+            write_seconds += time.perf_counter() - t
+
+    try:
+        for batch in cgm_merge(pa_it, pb_it, prep.params, schema_a=prep.src_a.schema, schema_b=prep.src_b.schema,
+                               stats=stats, unmatched=sink if prep.unmatched_paths else None,
+                               source_a=prep.job.a, source_b=prep.job.b, compute_kappa_max=prep.job.kappa_max):
+            t = time.perf_counter()
+            out.write(batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch)
+            write_seconds += time.perf_counter() - t
+        t = time.perf_counter()
+        for w in (out, un_a, un_b):
+            if w is not None:
+                w.commit()
+        write_seconds += time.perf_counter() - t
+    except BaseException:
+        for w in (out, un_a, un_b):
+            if w is not None:
+                w.abort()
+        raise
+    finally:
+        pa_it.close()
+        pb_it.close()
+        if bar:
+            bar.close()
+    stats.fetch_seconds = max(pa_it.busy_seconds, pb_it.busy_seconds)
+    stats.write_seconds = write_seconds
+    stats.total_seconds = time.perf_counter() - t0
+    stats.extra.update({
+        "fetch_a_seconds": pa_it.busy_seconds, "fetch_b_seconds": pb_it.busy_seconds,
+        "execution": "local", "a": prep.job.a, "b": prep.job.b, "output": prep.output,
+    })
+    result = stats.as_dict()
+    result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
+    if prep.job.stats:
+        write_stats(prep.job.stats, result)
+    return result
+
+
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "run_local", "open_outputs", "write_stats", "default_output",
+           "SmergeError", "Progress"]

@@ -1,0 +1,60 @@
+"""Arrow IPC backend: the file format (``ARROW1``) or the stream format."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.tabular import rebatch, resolve_columns, sliced
+from smerge.errors import InputError
+
+
+class ArrowIPCBackend:
+    name = "arrow"
+    extensions = (".arrow", ".feather", ".ipc", ".arrows")
+
+    def guess_can_open(self, path: str, magic: bytes) -> bool:
+        return magic.startswith(b"ARROW1") or path.lower().endswith(self.extensions)
+
+    @staticmethod
+    def _batches(path: str) -> Iterator[pa.RecordBatch]:
+        with pa.memory_map(path) as src:
+            try:
+                reader = pa.ipc.open_file(src)
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+                return
+            except pa.ArrowInvalid:
+                src.seek(0)
+            yield from pa.ipc.open_stream(src)
+
+    @staticmethod
+    def _schema(path: str) -> pa.Schema:
+        with pa.memory_map(path) as src:
+            try:
+                return pa.ipc.open_file(src).schema
+            except pa.ArrowInvalid:
+                src.seek(0)
+                return pa.ipc.open_stream(src).schema
+
+    def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
+        try:
+            file_schema = self._schema(path)
+        except (OSError, pa.ArrowException) as e:
+            raise InputError(f"{path}: cannot read as Arrow IPC ({e}); the file may be truncated or corrupt") from None
+        schema, columns, key_names = resolve_columns(path, file_schema, keys, variables)
+
+        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+            try:
+                yield from sliced(rebatch(self._batches(path), batch_rows), start, stop, schema)
+            except (OSError, pa.ArrowException) as e:
+                raise InputError(f"{path}: cannot read Arrow IPC data ({e}); the file may be truncated") from None
+
+        return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=None,
+                           outer_size=None, inner_size=1, open_batches=batches)
+
+
+register_backend(ArrowIPCBackend())

@@ -1,0 +1,121 @@
+"""Reader backends: a registry of formats, each saying whether it can open a file.
+
+Like xarray's backends: every format is a module with a ``Backend`` whose ``guess_can_open``
+looks at the magic number first, then at the extension, and whose ``open`` returns an
+``InputSource``. The format library is imported inside the backend module only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol, Sequence
+
+import pyarrow as pa
+
+from smerge.errors import InputError
+
+DEFAULT_BATCH_ROWS = 131072
+MAGIC_BYTES = 8
+
+
+@dataclass
+class GridInfo:
+    """Where a netCDF input's records come from: the dimensions flattened in C order."""
+
+    path: str
+    dims: tuple[str, ...]
+    shape: tuple[int, ...]
+    variables: tuple[str, ...]
+    coords: dict[str, Any] = field(default_factory=dict)  # dim -> numpy array of coordinate values
+    attrs: dict[str, dict] = field(default_factory=dict)  # variable -> its netCDF attributes
+
+    @property
+    def inner_size(self) -> int:
+        size = 1
+        for s in self.shape[1:]:
+            size *= s
+        return size
+
+
+@dataclass
+class InputSource:
+    """An opened input: its record schema, resolved keys and a way to stream its records.
+
+    ``batches(start, stop)`` yields record batches of at most ``batch_rows`` rows for the
+    records of outer index ``start`` (inclusive) to ``stop`` (exclusive): for netCDF the
+    outermost dimension's slabs, for tabular files row numbers. The row id of a record is its
+    position in the whole stream (spec section 1): ``start * inner_size`` for the first one.
+    """
+
+    path: str
+    format: str
+    schema: pa.Schema
+    keys: tuple[str, ...]
+    num_rows: int | None
+    outer_size: int | None
+    inner_size: int
+    open_batches: Callable[[int, int | None], Iterator[pa.RecordBatch]]
+    grid: GridInfo | None = None
+
+    def batches(self, start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+        return self.open_batches(start, stop)
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+class Backend(Protocol):
+    name: str
+    extensions: tuple[str, ...]
+
+    def guess_can_open(self, path: str, magic: bytes) -> bool: ...
+
+    def open(self, path: str, *, keys: Sequence[str] | None, variables: Sequence[str] | None,
+             batch_rows: int, decode_times: bool) -> InputSource: ...
+
+
+_REGISTRY: dict[str, Backend] = {}
+
+
+def register_backend(backend: Backend) -> Backend:
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def backends() -> dict[str, Backend]:
+    # Built-in backends register on import; third parties may call register_backend.
+    from smerge.datasets import arrow_ipc, csv, netcdf, parquet  # noqa: F401
+
+    return dict(_REGISTRY)
+
+
+def read_magic(path: str) -> bytes:
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file; check the path")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, not a data file; name a file")
+    try:
+        with open(path, "rb") as f:
+            return f.read(MAGIC_BYTES)
+    except OSError as e:
+        raise InputError(f"{path}: cannot be read ({e.strerror}); check its permissions") from None
+
+
+def guess_backend(path: str, fmt: str | None = None) -> Backend:
+    """The backend for ``path``: the one named by ``fmt``, else by content, else by extension."""
+    regs = backends()
+    if fmt is not None:
+        if fmt not in regs:
+            raise InputError(f"unknown input format {fmt!r}; use one of {', '.join(sorted(regs))}")
+        return regs[fmt]
+    magic = read_magic(path)
+    for b in regs.values():
+        if b.guess_can_open(path, magic):
+            return b
+    exts = sorted({e for b in regs.values() for e in b.extensions})
+    raise InputError(
+        f"{path}: not a supported format (netCDF, Parquet, CSV, Arrow IPC); "
+        f"convert it or give it one of the extensions {' '.join(exts)}"
+    )

@@ -1,0 +1,47 @@
+"""CSV backend (pyarrow.csv streaming reader): blocks of bounded size, types inferred."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.tabular import rebatch, resolve_columns, sliced
+from smerge.errors import InputError
+
+
+class CSVBackend:
+    name = "csv"
+    extensions = (".csv", ".tsv", ".txt")
+
+    def guess_can_open(self, path: str, magic: bytes) -> bool:
+        return path.lower().endswith(self.extensions)
+
+    def _reader(self, path: str):
+        import pyarrow.csv as pcsv
+
+        delim = "\t" if path.lower().endswith(".tsv") else ","
+        return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=8 << 20),
+                             parse_options=pcsv.ParseOptions(delimiter=delim))
+
+    def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
+        try:
+            reader = self._reader(path)
+            file_schema = reader.schema
+        except (OSError, pa.ArrowException) as e:
+            raise InputError(f"{path}: cannot read as CSV ({e}); check that it is a CSV file with a header row") from None
+        schema, columns, key_names = resolve_columns(path, file_schema, keys, variables)
+
+        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+            try:
+                yield from sliced(rebatch(self._reader(path), batch_rows), start, stop, schema)
+            except (OSError, pa.ArrowException) as e:
+                raise InputError(f"{path}: cannot read CSV data ({e}); fix the file (every row needs every column)") from None
+
+        return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=None,
+                           outer_size=None, inner_size=1, open_batches=batches)
+
+
+register_backend(CSVBackend())

@@ -1,0 +1,153 @@
+"""NCAR-like gridded test data: time x lat x lon, float32 variables, ~28 bytes per record.
+
+Records: ``time`` (float64, hours since 2000-01-01, 6-hourly), ``lat``, ``lon`` (float32 on a
+regular grid), and float32 variables (default ``p, t, u``): 8 + 4 + 4 + 3 x 4 = 28 bytes, as
+in the paper's files. Values are smooth fields plus seeded noise.
+
+Displacement model of ``randomize`` (PCT %): round(PCT/100 x records) records, chosen
+uniformly without replacement, are each moved from stream position i to i + o with o uniform
+in [-displacement, +displacement] (clipped to the stream), keeping the others in order. With
+``jitter`` > 0 every lat/lon gets uniform noise in [-jitter, +jitter] (float noise between two
+grids, so that eps > 0 is needed). The same arguments and seed give the same bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import UsageError
+
+TIME_UNITS = "hours since 2000-01-01 00:00:00"
+
+
+@dataclass(frozen=True)
+class GenParams:
+    records: int
+    randomize: float = 0.0
+    displacement: int = 1000
+    jitter: float = 0.0
+    seed: int = 0
+    nlat: int = 50
+    nlon: int = 100
+    variables: tuple[str, ...] = ("p", "t", "u")
+
+    def __post_init__(self) -> None:
+        if self.records < 1:
+            raise UsageError(f"--records is {self.records}; generate at least 1 record")
+        if not 0 <= self.randomize <= 100:
+            raise UsageError(f"--randomize is {self.randomize}; give a percentage from 0 to 100")
+        if self.displacement < 0 or self.jitter < 0:
+            raise UsageError("--displacement and --jitter must be >= 0")
+        if self.nlat < 1 or self.nlon < 1:
+            raise UsageError("--grid needs NLAT,NLON >= 1")
+
+    @property
+    def per_step(self) -> int:
+        return self.nlat * self.nlon
+
+    @property
+    def gridded(self) -> bool:
+        """True when the records form a whole grid in C order (no shuffle, no jitter)."""
+        return self.randomize == 0 and self.jitter == 0 and self.records % self.per_step == 0
+
+
+def axes(p: GenParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    nt = math.ceil(p.records / p.per_step)
+    time = np.arange(nt, dtype=np.float64) * 6.0
+    lat = np.linspace(-60.0, 60.0, p.nlat, dtype=np.float32) if p.nlat > 1 else np.zeros(1, np.float32)
+    lon = (np.arange(p.nlon, dtype=np.float32) * np.float32(360.0 / p.nlon) - np.float32(180.0))
+    return time, lat, lon
+
+
+def stream_order(p: GenParams) -> np.ndarray | None:
+    """Arrival order of the grid records (None when unshuffled)."""
+    n = p.records
+    k = int(round(p.randomize / 100.0 * n))
+    if k == 0:
+        return None
+    rng = np.random.default_rng([p.seed, 1])
+    chosen = rng.choice(n, size=k, replace=False)
+    pos = np.arange(n, dtype=np.float64)
+    off = rng.integers(-p.displacement, p.displacement + 1, size=k)
+    pos[chosen] = np.clip(chosen + off, 0, n - 1) - 0.5
+    return np.argsort(pos, kind="stable")
+
+
+def _values(p: GenParams, flat: np.ndarray, time, lat, lon, rng) -> dict[str, np.ndarray]:
+    per = p.per_step
+    ti, rest = np.divmod(flat, per)
+    li, oi = np.divmod(rest, p.nlon)
+    la, lo, t = lat[li].astype(np.float64), lon[oi].astype(np.float64), time[ti]
+    out = {}
+    for j, name in enumerate(p.variables):
+        base = np.cos(np.radians(la)) * np.sin(np.radians(lo + 7.5 * (j + 1)) + t / 48.0)
+        out[name] = (100.0 * (j + 1) + 10.0 * base + rng.standard_normal(flat.size)).astype(np.float32)
+    return out
+
+
+def generate(p: GenParams, *, batch_rows: int = 262144) -> Iterator[pa.RecordBatch]:
+    """The records in arrival order, as batches of the schema ``time, lat, lon, vars...``."""
+    time, lat, lon = axes(p)
+    order = stream_order(p)
+    for start in range(0, p.records, batch_rows):
+        stop = min(start + batch_rows, p.records)
+        flat = np.arange(start, stop, dtype=np.int64) if order is None else order[start:stop]
+        rng = np.random.default_rng([p.seed, 2, start])
+        ti, rest = np.divmod(flat, p.per_step)
+        li, oi = np.divmod(rest, p.nlon)
+        la, lo = lat[li], lon[oi]
+        if p.jitter > 0:
+            la = (la + rng.uniform(-p.jitter, p.jitter, flat.size)).astype(np.float32)
+            lo = (lo + rng.uniform(-p.jitter, p.jitter, flat.size)).astype(np.float32)
+        vals = _values(p, flat, time, lat, lon, rng)
+        cols = {"time": pa.array(time[ti]), "lat": pa.array(la), "lon": pa.array(lo)}
+        cols.update({k: pa.array(v) for k, v in vals.items()})
+        yield pa.RecordBatch.from_pydict(cols)
+
+
+def write_netcdf(path: str, p: GenParams) -> None:
+    """netCDF: a (time, lat, lon) grid when ``p.gridded``, else a CF point list on ``record``."""
+    import netCDF4
+
+    time, lat, lon = axes(p)
+    with netCDF4.Dataset(path, "w", format="NETCDF4") as ds:
+        ds.Conventions = "CF-1.8"
+        ds.title = "smerge gen: NCAR-like gridded test data"
+        ds.smerge_gen = repr(p)
+        if p.gridded:
+            ds.createDimension("time", len(time))
+            ds.createDimension("lat", p.nlat)
+            ds.createDimension("lon", p.nlon)
+            tv = ds.createVariable("time", "f8", ("time",))
+            tv.units = TIME_UNITS
+            ds.createVariable("lat", "f4", ("lat",)).units = "degrees_north"
+            ds.createVariable("lon", "f4", ("lon",)).units = "degrees_east"
+            tv[:] = time
+            ds["lat"][:] = lat
+            ds["lon"][:] = lon
+            vars_ = {v: ds.createVariable(v, "f4", ("time", "lat", "lon")) for v in p.variables}
+            for b in generate(p):
+                t0 = int(round(b.column("time")[0].as_py() / 6.0))
+                nt = b.num_rows // p.per_step
+                for v, var in vars_.items():
+                    var[t0:t0 + nt] = b.column(v).to_numpy().reshape(nt, p.nlat, p.nlon)
+            return
+        ds.featureType = "point"
+        ds.createDimension("record", p.records)
+        tv = ds.createVariable("time", "f8", ("record",))
+        tv.units = TIME_UNITS
+        ds.createVariable("lat", "f4", ("record",)).units = "degrees_north"
+        ds.createVariable("lon", "f4", ("record",)).units = "degrees_east"
+        for v in p.variables:
+            ds.createVariable(v, "f4", ("record",)).coordinates = "time lat lon"
+        pos = 0
+        for b in generate(p):
+            n = b.num_rows
+            for name in b.schema.names:
+                ds[name][pos:pos + n] = b.column(name).to_numpy()
+            pos += n

@@ -1,0 +1,43 @@
+"""Parquet backend (pyarrow.parquet): streamed by row groups in batches of bounded size."""
+
+from __future__ import annotations
+
+from typing import Iterator, Sequence
+
+import pyarrow as pa
+
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.tabular import resolve_columns, sliced
+from smerge.errors import InputError
+
+
+class ParquetBackend:
+    name = "parquet"
+    extensions = (".parquet", ".pq")
+
+    def guess_can_open(self, path: str, magic: bytes) -> bool:
+        return magic.startswith(b"PAR1") or (not magic and path.lower().endswith(self.extensions))
+
+    def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
+        import pyarrow.parquet as pq
+
+        try:
+            pf = pq.ParquetFile(path)
+        except (OSError, pa.ArrowException) as e:
+            raise InputError(f"{path}: cannot read as Parquet ({e}); the file may be truncated or corrupt") from None
+        schema, columns, key_names = resolve_columns(path, pf.schema_arrow, keys, variables)
+        n = pf.metadata.num_rows
+
+        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+            try:
+                it = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
+                yield from sliced(it, start, stop, schema)
+            except (OSError, pa.ArrowException) as e:
+                raise InputError(f"{path}: cannot read Parquet data ({e}); the file may be truncated or corrupt") from None
+
+        return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=n,
+                           outer_size=n, inner_size=1, open_batches=batches)
+
+
+register_backend(ParquetBackend())

@@ -1,0 +1,160 @@
+"""Writers: Parquet (default), CSV, Arrow IPC and netCDF; every write is atomic.
+
+A writer writes to a hidden temporary file beside the target and renames it over the target
+only on ``commit()``; ``abort()`` (or an exception inside ``with``) removes it, so a failed run
+leaves no half-written output.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import pyarrow as pa
+
+from smerge.errors import OutputError, UsageError
+
+FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
+           ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf"}
+
+
+def format_for(path: str, fmt: str | None = None) -> str:
+    if fmt:
+        if fmt not in set(FORMATS.values()):
+            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf")
+        return fmt
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in FORMATS:
+        raise UsageError(
+            f"output {path!r}: cannot tell the format from {ext or 'no extension'}; "
+            "use .parquet, .csv, .arrow or .nc, or pass --format"
+        )
+    return FORMATS[ext]
+
+
+def check_output_path(path: str, *, overwrite: bool) -> None:
+    """Fail early: the output exists without ``overwrite``, or its directory is not writable."""
+    if os.path.isdir(path):
+        raise OutputError(f"output {path!r} is a directory; name a file")
+    if os.path.exists(path) and not overwrite:
+        raise OutputError(f"output {path!r} already exists; pass --overwrite to replace it or choose another -o")
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise OutputError(f"output directory {d!r} does not exist; create it first")
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise OutputError(f"output directory {d!r} is not writable; choose another -o")
+
+
+class Output:
+    """An atomic output file. Use as a context manager, or call ``commit()``/``abort()``."""
+
+    def __init__(self, path: str, schema: pa.Schema, fmt: str, *, overwrite: bool = False, **options: Any):
+        check_output_path(path, overwrite=overwrite)
+        self.path, self.schema, self.format = path, schema, fmt
+        d = os.path.dirname(os.path.abspath(path))
+        try:
+            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".smerge-tmp", dir=d)
+        except OSError as e:
+            raise OutputError(f"cannot write in {d!r} ({e.strerror}); choose another -o") from None
+        os.close(fd)
+        self.rows = 0
+        self._done = False
+        try:
+            self._w = _make_writer(self.tmp, schema, fmt, **options)
+        except BaseException:
+            os.unlink(self.tmp)
+            raise
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self._w.write(batch)
+            self.rows += batch.num_rows
+
+    def commit(self) -> None:
+        if self._done:
+            return
+        self._w.close()
+        os.replace(self.tmp, self.path)
+        self._done = True
+
+    def abort(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._w.close()
+        except Exception:
+            pass
+        if os.path.exists(self.tmp):
+            os.unlink(self.tmp)
+
+    def __enter__(self) -> "Output":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+def open_output(path: str, schema: pa.Schema, *, fmt: str | None = None, overwrite: bool = False, **options: Any) -> Output:
+    """An atomic writer for ``path``; the format from ``fmt`` or the extension.
+
+    netCDF output takes ``template`` (A's ``InputSource``) and optionally ``template_b``.
+    """
+    return Output(path, schema, format_for(path, fmt), overwrite=overwrite, **options)
+
+
+class _ParquetWriter:
+    def __init__(self, path: str, schema: pa.Schema):
+        import pyarrow.parquet as pq
+
+        self._w = pq.ParquetWriter(path, schema, compression="snappy")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._w.write_batch(batch)
+
+    def close(self) -> None:
+        self._w.close()
+
+
+class _CSVWriter:
+    def __init__(self, path: str, schema: pa.Schema):
+        import pyarrow.csv as pcsv
+
+        self._w = pcsv.CSVWriter(path, schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._w.write_batch(batch)
+
+    def close(self) -> None:
+        self._w.close()
+
+
+class _ArrowWriter:
+    def __init__(self, path: str, schema: pa.Schema):
+        self._sink = pa.OSFile(path, "wb")
+        self._w = pa.ipc.new_file(self._sink, schema)
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._w.write_batch(batch)
+
+    def close(self) -> None:
+        self._w.close()
+        self._sink.close()
+
+
+def _make_writer(path: str, schema: pa.Schema, fmt: str, **options: Any):
+    if fmt == "parquet":
+        return _ParquetWriter(path, schema)
+    if fmt == "csv":
+        return _CSVWriter(path, schema)
+    if fmt == "arrow":
+        return _ArrowWriter(path, schema)
+    if fmt == "netcdf":
+        from smerge.datasets.netcdf_writer import GridWriter
+
+        return GridWriter(path, schema, **options)
+    raise UsageError(f"unknown output format {fmt!r}")

@@ -1,0 +1,90 @@
+"""Dual buffering (seed 000, section 5, Figure 3): read ahead in background threads.
+
+``Prefetcher(iterable, depth)`` runs the iterable in a daemon thread that fills a bounded
+queue while the consumer (the merge engine) works on earlier batches, so the total time
+approaches max(fetch, merge) rather than their sum. ``busy_seconds`` is the time the reader
+spent producing batches (the fetch time). Errors in the reader are re-raised in the consumer.
+Memory: at most ``depth`` batches wait in the queue.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from typing import Callable, Iterable, Iterator, TypeVar
+
+T = TypeVar("T")
+_END = object()
+
+
+class Prefetcher(Iterator[T]):
+    def __init__(self, iterable: Iterable[T], depth: int = 4, name: str = "smerge-prefetch",
+                 on_item: Callable[[T], None] | None = None):
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._stop = threading.Event()
+        self.busy_seconds = 0.0
+        self._on_item = on_item
+        self._thread = threading.Thread(target=self._run, args=(iterable,), name=name, daemon=True)
+        self._thread.start()
+        self._done = False
+
+    def _run(self, iterable: Iterable[T]) -> None:
+        try:
+            it = iter(iterable)
+            while not self._stop.is_set():
+                t0 = time.perf_counter()
+                try:
+                    item = next(it)
+                except StopIteration:
+                    break
+                finally:
+                    self.busy_seconds += time.perf_counter() - t0
+                if self._on_item is not None:
+                    self._on_item(item)
+                while not self._stop.is_set():
+                    try:
+                        self._q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+            self._put_final(_END)
+        except BaseException as e:  # re-raised in the consumer
+            self._put_final(e)
+
+    def _put_final(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
+
+    def __next__(self) -> T:
+        if self._done:
+            raise StopIteration
+        item = self._q.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        return item
+
+    def close(self) -> None:
+        """Stop the reader (it finishes its current batch) and drop what is queued."""
+        self._stop.set()
+        self._done = True
+        try:
+            while True:
+                self._q.get_nowait()
+        except queue.Empty:
+            pass
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> "Prefetcher[T]":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
