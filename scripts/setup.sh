@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Set up smerge on a fresh machine: check Java 17, install NCAR sample data, create .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "smerge setup: Java 17 is needed by Spark but 'java' is not on PATH." >&2
+  echo "  Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless   (then re-run)" >&2
+  exit 2
+fi
+jv=$(java -version 2>&1 | awk -F'"' '/version/ {print $2}' | cut -d. -f1)
+if [ "${jv:-0}" -lt 17 ]; then
+  echo "smerge setup: Java 17 or newer is needed by Spark; found Java ${jv:-unknown}." >&2
+  echo "  Debian/Ubuntu: sudo apt-get install -y openjdk-17-jre-headless" >&2
+  exit 2
+fi
+
+# Real NCAR data (Pstorm.cdf, Tstorm.cdf, ...) from Debian's libncarg-data.
+if [ ! -f /usr/share/ncarg/data/cdf/Pstorm.cdf ]; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    echo "smerge setup: installing Debian's libncarg-data (NCAR sample netCDF files)" >&2
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libncarg-data >/dev/null
+  else
+    echo "smerge setup: NCAR sample data missing; install it with: sudo apt-get install -y libncarg-data" >&2
+  fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e ".[test,bench]"
+echo "smerge setup: ready (.venv/bin/smerge)" >&2
