@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -20,6 +21,10 @@ import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, register_backend
 from smerge.errors import InputError, UsageError
+
+# netCDF-C and HDF5 are not thread-safe and netCDF4 releases the GIL during its C calls: two
+# background readers (dual buffering) crash or read garbage unless every netCDF4 call holds this.
+NC_LOCK = threading.RLock()
 
 _MAGICS = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
 _TIME_UNITS = re.compile(r"^\s*(\w+)\s+since\s+(.+?)\s*$")
@@ -93,7 +98,7 @@ class NetCDFBackend:
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
-        with _open(path) as ds:
+        with NC_LOCK, _open(path) as ds:
             allvars = ds.variables
             coord_names = {n for n, v in allvars.items() if v.dimensions == (n,)}
             if variables:
@@ -195,11 +200,19 @@ class NetCDFBackend:
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             stop = outer if stop is None else min(stop, outer)
             step = max(1, batch_rows // max(inner, 1))
-            with _open(path) as ds:
+            with NC_LOCK:
+                ds = _open(path)
                 ds.set_always_mask(True)
+            try:
                 for a in range(start, stop, step):
                     b = min(a + step, stop)
-                    yield self._slab(ds, path, a, b, shape, key_names, key_kind, coords, time_decode, chosen, schema)
+                    with NC_LOCK:
+                        batch = self._slab(ds, path, a, b, shape, key_names, key_kind, coords, time_decode, chosen,
+                                           schema)
+                    yield batch
+            finally:
+                with NC_LOCK:
+                    ds.close()
 
         return InputSource(path=path, format=self.name, schema=schema, keys=tuple(key_names),
                            num_rows=int(np.prod(shape)) if shape else 1, outer_size=outer, inner_size=inner,
