@@ -95,17 +95,6 @@ class _Side:
     def first_unconsumed_row(self, consumed: int) -> int:
         return int(self.pend_r[consumed]) if consumed < self.pend_r.shape[0] else self.next_row
 
-    def drain_rest(self) -> Iterator[pa.RecordBatch]:
-        """Batches not yet read (all their records are unmatched)."""
-        while True:
-            t0 = time.perf_counter()
-            batch = next(self.batches, None)
-            self.wait_seconds += time.perf_counter() - t0
-            if batch is None:
-                self.exhausted = True
-                return
-            yield batch
-
 
 def kappa_max_pairs(keys_a: np.ndarray, rows_a: np.ndarray, keys_b: np.ndarray, rows_b: np.ndarray,
                     eps: tuple[float, ...]) -> int:
@@ -224,39 +213,31 @@ def cgm_merge(
                 break
 
     # Step 6: everything left in either window, the pending records and the rest of the
-    # streams is unmatched.
-    for side, w_rows, pos in ((A, war[: st[0]], int(st[2])), (B, wbr[: st[1]], int(st[3]))):
-        left = np.concatenate([w_rows, side.pend_r[pos:]])
+    # streams is unmatched. The rest is read batch by batch (keys still checked, memory bounded).
+    def retire(side: _Side, rows: np.ndarray) -> None:
         if side is A:
-            stats.a_unmatched += left.size
-            for s in range(0, left.size, n):
-                report.add(0, min(n, left.size - s))
+            stats.a_unmatched += rows.size
+            for s in range(0, rows.size, n):
+                report.add(0, min(n, rows.size - s))
         else:
-            stats.b_unmatched += left.size
-        emit_unmatched(side, left)
-        for batch in side.drain_rest():
-            rows = np.arange(side.next_row, side.next_row + batch.num_rows, dtype=np.int64)
-            side.next_row += batch.num_rows
-            side.records += batch.num_rows
-            if side is A:
-                stats.a_unmatched += batch.num_rows
-                for s in range(0, batch.num_rows, n):
-                    report.add(0, min(n, batch.num_rows - s))
-            else:
-                stats.b_unmatched += batch.num_rows
-            if unmatched is not None:
-                if params.with_ids:
-                    batch = batch.append_column(f"{side.name}_row", pa.array(rows, pa.int64()))
-                unmatched(side.name, batch)
-    # NaN-keyed records count as unmatched (they were never in a window).
-    for side in (A, B):
+            stats.b_unmatched += rows.size
+        emit_unmatched(side, rows)
         if side.nan_rows:
-            rows = np.concatenate(side.nan_rows)
+            nan = np.concatenate(side.nan_rows)
             side.nan_rows.clear()
-            emit_unmatched(side, rows)
+            emit_unmatched(side, nan)
+        side.pend_k, side.pend_r = side.pend_k[:0], side.pend_r[:0]
+        side.store.release(rows[:0], side.next_row)
+
+    retire(A, np.concatenate([war[: st[0]], A.pend_r[int(st[2]):]]))
+    retire(B, np.concatenate([wbr[: st[1]], B.pend_r[int(st[3]):]]))
+    for side in (A, B):
+        while not side.exhausted:
+            side.pull(0)
+            retire(side, side.pend_r)
+    # NaN-keyed records were never in a window: they count as unmatched (and retired A records).
     stats.a_unmatched += A.nan_keys
     stats.b_unmatched += B.nan_keys
-    # NaN rows count as retired A records too.
     if A.nan_keys:
         report.add(0, A.nan_keys)
     report.finish()
