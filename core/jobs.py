@@ -87,6 +87,9 @@ def prepare(job: CGMJob) -> PreparedMerge:
     src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
     keys_b = job.keys_b or job.keys_a
     src_b = open_input(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+    if not src_b.keys and src_a.keys:
+        # Tabular B has no default keys: use A's (same names in both inputs, spec/CLI.md).
+        src_b = open_input(job.b, keys=src_a.keys, variables=job.vars_b, batch_rows=job.batch_rows)
     if not src_a.keys:
         raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
     if not src_b.keys:
