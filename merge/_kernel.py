@@ -47,32 +47,36 @@ def lex_le(xk, i, xr, yk, j, yr):
     return xr[i] <= yr[j]
 
 
-@njit(cache=True, nogil=True)
-def argsort_keys(keys, rows):
-    """Stable order of records by exact key, ties by row id (= arrival order).
+@njit(cache=True, nogil=True, inline="always")
+def _le_idx(keys, rows, p, q):
+    """Exact ``(key, row, index) <=`` of records p and q: the total order of a stable sort."""
+    d = keys.shape[1]
+    for c in range(d):
+        x = keys[p, c]
+        y = keys[q, c]
+        if x < y:
+            return True
+        if x > y:
+            return False
+    if rows[p] != rows[q]:
+        return rows[p] < rows[q]
+    return p <= q
 
-    Bottom-up merge sort on an index array; O(n log n), O(n) scratch.
+
+@njit(cache=True, nogil=True)
+def _merge_sort(keys, rows, idx):
+    """Sort the index array ``idx`` by ``_le_idx`` (insertion-sorted runs of 16, bottom-up merges).
+
+    Returns the sorted array (``idx`` itself or a scratch copy).
     """
-    n = keys.shape[0]
-    idx = np.arange(n)
-    if n < 2:
-        return idx
-    # Fast path: already sorted (the common case for partially sorted streams' chunks).
-    ordered = True
-    for t in range(1, n):
-        if not lex_le(keys, t - 1, rows, keys, t, rows):
-            ordered = False
-            break
-    if ordered:
-        return idx
-    # Insertion sort runs of 16, then bottom-up merges.
+    n = idx.shape[0]
     run = 16
     for s in range(0, n, run):
         e = min(s + run, n)
         for t in range(s + 1, e):
             v = idx[t]
             u = t - 1
-            while u >= s and not lex_le(keys, idx[u], rows, keys, v, rows):
+            while u >= s and not _le_idx(keys, rows, idx[u], v):
                 idx[u + 1] = idx[u]
                 u -= 1
             idx[u + 1] = v
@@ -84,11 +88,14 @@ def argsort_keys(keys, rows):
         for s in range(0, n, 2 * width):
             m = min(s + width, n)
             e = min(s + 2 * width, n)
+            if m >= e or _le_idx(keys, rows, src[m - 1], src[m]):
+                dst[s:e] = src[s:e]  # runs already in order (common for partially sorted data)
+                continue
             p = s
             q = m
             o = s
             while p < m and q < e:
-                if lex_le(keys, src[p], rows, keys, src[q], rows):
+                if _le_idx(keys, rows, src[p], src[q]):
                     dst[o] = src[p]
                     p += 1
                 else:
@@ -106,6 +113,64 @@ def argsort_keys(keys, rows):
         src, dst = dst, src
         width *= 2
     return src
+
+
+@njit(cache=True, nogil=True)
+def argsort_keys(keys, rows):
+    """Stable order of records by exact key, ties by row id (= arrival order).
+
+    Adaptive for partially sorted input, O(n log n) worst case, O(n) scratch: one pass splits
+    the records into an ordered subsequence and the *misfits* (for each adjacent inversion met,
+    both records: at most twice the fewest records whose removal leaves the rest sorted); the
+    misfits are merge-sorted and merged back. Equal (key, row) keep their input order, so the
+    result is exactly that of a stable sort.
+    """
+    n = keys.shape[0]
+    idx = np.arange(n)
+    if n < 2:
+        return idx
+    # Fast path: already sorted (the common case for partially sorted streams' chunks).
+    ordered = True
+    for t in range(1, n):
+        if not lex_le(keys, t - 1, rows, keys, t, rows):
+            ordered = False
+            break
+    if ordered:
+        return idx
+    kept = np.empty(n, np.int64)
+    mis = np.empty(n, np.int64)
+    nk = 0
+    nm = 0
+    for t in range(n):
+        if nk == 0 or _le_idx(keys, rows, kept[nk - 1], t):
+            kept[nk] = t
+            nk += 1
+        else:
+            nk -= 1
+            mis[nm] = kept[nk]
+            mis[nm + 1] = t
+            nm += 2
+    ms = _merge_sort(keys, rows, mis[:nm])
+    p = 0
+    q = 0
+    o = 0
+    while p < nk and q < nm:
+        if _le_idx(keys, rows, kept[p], ms[q]):
+            idx[o] = kept[p]
+            p += 1
+        else:
+            idx[o] = ms[q]
+            q += 1
+        o += 1
+    while p < nk:
+        idx[o] = kept[p]
+        p += 1
+        o += 1
+    while q < nm:
+        idx[o] = ms[q]
+        q += 1
+        o += 1
+    return idx
 
 
 @njit(cache=True, nogil=True)
@@ -131,20 +196,30 @@ def sweep(ak, na, bk, nb, eps, a_matched, b_matched, a_pos, b_pos):
             a_pos[m] = i
             b_pos[m] = j
             m += 1
-            ia = i
-            i += 1
-            while i < na and tol_cmp(ak, i, ak, ia, eps) == 0:
-                i += 1
-            jb = j
-            j += 1
-            while j < nb and tol_cmp(bk, j, bk, jb, eps) == 0:
-                j += 1
+            i = _skip_matching(ak, i, na, eps)
+            j = _skip_matching(bk, j, nb, eps)
     return m, i, j
+
+
+@njit(cache=True, nogil=True)
+def _skip_matching(wk, i, n, eps):
+    """First position after ``i`` whose key does not MATCH ``wk[i]`` (``tol_cmp(wk, t, wk, i) != 0``)."""
+    d = wk.shape[1]
+    t = i + 1
+    while t < n:
+        for c in range(d):
+            x = wk[t, c]
+            y = wk[i, c]
+            if x < y - eps[c] or x > y + eps[c]:
+                return t
+        t += 1
+    return t
 
 
 @njit(cache=True, nogil=True)
 def _merge_into(wk, wr, n, newk, newr, order, out_k, out_r):
     """Stable merge of sorted window ``wk[:n]`` with new records in ``order``; returns size."""
+    d = wk.shape[1]
     p = 0
     q = 0
     o = 0
@@ -152,22 +227,26 @@ def _merge_into(wk, wr, n, newk, newr, order, out_k, out_r):
     while p < n and q < nn:
         s = order[q]
         if lex_le(wk, p, wr, newk, s, newr):
-            out_k[o, :] = wk[p, :]
+            for c in range(d):
+                out_k[o, c] = wk[p, c]
             out_r[o] = wr[p]
             p += 1
         else:
-            out_k[o, :] = newk[s, :]
+            for c in range(d):
+                out_k[o, c] = newk[s, c]
             out_r[o] = newr[s]
             q += 1
         o += 1
     while p < n:
-        out_k[o, :] = wk[p, :]
+        for c in range(d):
+            out_k[o, c] = wk[p, c]
         out_r[o] = wr[p]
         p += 1
         o += 1
     while q < nn:
         s = order[q]
-        out_k[o, :] = newk[s, :]
+        for c in range(d):
+            out_k[o, c] = newk[s, c]
         out_r[o] = newr[s]
         q += 1
         o += 1
@@ -187,7 +266,8 @@ def _compact(wk, wr, n, matched, evict, ev_out, ev_n):
             evicted += 1
             continue
         if o != t:
-            wk[o, :] = wk[t, :]
+            for c in range(wk.shape[1]):
+                wk[o, c] = wk[t, c]
             wr[o] = wr[t]
         o += 1
     return o, evicted

@@ -81,4 +81,7 @@ def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndar
 
 def nan_rows(keys: np.ndarray) -> np.ndarray:
     """Boolean mask of rows with any NaN (or missing) key."""
-    return np.isnan(keys).any(axis=1)
+    bad = np.isnan(keys[:, 0]) if keys.shape[1] else np.zeros(keys.shape[0], dtype=bool)
+    for c in range(1, keys.shape[1]):
+        bad |= np.isnan(keys[:, c])
+    return bad

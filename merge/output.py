@@ -76,17 +76,16 @@ class RowStore:
         seg_of = np.searchsorted(firsts, rows, side="right") - 1
         offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
         np.cumsum([s[2].num_rows for s in self._segs], out=offsets[1:])
-        pos = np.empty(rows.size, dtype=np.int64)
-        used = np.unique(seg_of)
-        for s in used.tolist():
-            sel = seg_of == s
-            first, ids, batch = self._segs[s]
-            local = rows[sel] - first if ids is None else np.searchsorted(ids, rows[sel])
-            pos[sel] = offsets[s] + local
-        if used.size == 1:
-            s = int(used[0])
-            return self._segs[s][2].take(pa.array(pos - offsets[s]))
-        lo, hi = int(used[0]), int(used[-1]) + 1
+        # Plain segments: position = offset + row - first; compacted ones look their ids up.
+        pos = rows + (offsets[:-1] - firsts)[seg_of]
+        lo, hi = int(seg_of.min()), int(seg_of.max()) + 1
+        for s in range(lo, hi):
+            ids = self._segs[s][1]
+            if ids is not None:
+                sel = seg_of == s
+                pos[sel] = offsets[s] + np.searchsorted(ids, rows[sel])
+        if hi - lo == 1:
+            return self._segs[lo][2].take(pa.array(pos - offsets[lo]))
         table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
         taken = table.take(pa.array(pos - offsets[lo])).combine_chunks()
         batches = taken.to_batches()
