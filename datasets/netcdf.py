@@ -44,6 +44,14 @@ def _netcdf4():
 
 
 def _open(path: str):
+    from smerge.datasets.netcdf_classic import expected_size
+
+    need = expected_size(path)
+    if need is not None and os.path.getsize(path) < need:
+        raise InputError(
+            f"{path}: truncated netCDF file ({os.path.getsize(path):,} bytes, its header needs {need:,}); "
+            "re-download or regenerate it"
+        )
     try:
         return _netcdf4().Dataset(path, "r")
     except (OSError, RuntimeError, ValueError) as e:
