@@ -1,0 +1,369 @@
+"""An R-tree over stream B's key points (libspatialindex via ``rtree``), kept beside B's records.
+
+``BIndex`` holds B in stored order (a ``pyarrow.Table``; row id = position), the key matrix
+(``float64``, shape ``(n, d)``), an R-tree bulk-loaded over the key points, and the global sort
+rank of every record by exact key order, ties by row id (spec section 5). Queries:
+
+- ``range_query(box)``: records with ``lo_j <= k_j <= hi_j`` for every key j;
+- ``symdiff_query(box1, box2)``: records inside exactly one of the two boxes;
+
+both return row ids sorted by (key, row id), at most ``limit`` per call, with a stateless
+continuation token (the sort rank of the last record returned plus a fingerprint of the query),
+so a retried or resumed call — even against a restarted server on the same persisted index —
+returns exactly the next records. Boxes are closed; ``lo > hi`` on any key is an empty box;
+``lo == hi`` is a degenerate box (a point or a hyperplane); +-inf bounds are allowed.
+
+Memory: B's records, keys and ranks are held in memory (O(|B|)); the R-tree may live on disk.
+libspatialindex needs >= 2 dimensions: a 1-key index adds a constant second coordinate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import InputError, KeyNaNError, UsageError
+
+ROW_ID_COLUMN = "__smerge_row"
+INDEX_FORMAT_VERSION = 1
+MAX_DIMS = 8
+RESULT_CACHE_ROWS = 8_000_000  # total cached sorted ranks (int64) across queries: 64 MB
+RESULT_CACHE_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class Box:
+    """A closed axis-aligned box over the d keys: ``lo[j] <= k_j <= hi[j]``."""
+
+    lo: tuple[float, ...]
+    hi: tuple[float, ...]
+
+    @property
+    def empty(self) -> bool:
+        return any(l > h for l, h in zip(self.lo, self.hi))
+
+    def as_json(self) -> dict:
+        return {"lo": list(self.lo), "hi": list(self.hi)}
+
+    @classmethod
+    def from_arrays(cls, lo: Sequence[float], hi: Sequence[float]) -> "Box":
+        return cls(tuple(float(x) for x in lo), tuple(float(x) for x in hi))
+
+
+@dataclass(frozen=True)
+class Page:
+    """One page of a query: B row ids in (key, row id) order and the token of the next page."""
+
+    rows: np.ndarray
+    next_token: str | None
+
+
+def _fingerprint(op: str, boxes: Sequence[Box]) -> str:
+    body = json.dumps([op] + [b.as_json() for b in boxes], separators=(",", ":"))
+    return hashlib.blake2b(body.encode(), digest_size=6).hexdigest()
+
+
+def parse_token(token: str | None, fp: str) -> int:
+    """The sort rank after which the next page starts (-1: from the beginning)."""
+    if token is None or token == "":
+        return -1
+    rank, sep, tfp = str(token).partition(".")
+    if not sep or tfp != fp or not rank.isdigit():
+        raise UsageError(f"continuation token {token!r} does not belong to this query; "
+                         "start the query again without a token")
+    return int(rank)
+
+
+def _sort_order(keys: np.ndarray) -> np.ndarray:
+    """Positions of records in exact key order, ties by row id (stable lexsort)."""
+    if keys.shape[0] == 0:
+        return np.empty(0, np.int64)
+    return np.lexsort(tuple(keys[:, j] for j in range(keys.shape[1] - 1, -1, -1))).astype(np.int64)
+
+
+class BIndex:
+    """B's records + an R-tree over their keys + their global sort rank (see module doc)."""
+
+    def __init__(self, table: pa.Table, keys: tuple[str, ...], key_matrix: np.ndarray, order: np.ndarray,
+                 tree, *, name: str, nan_keys: int = 0, source: str | None = None):
+        self.table = table
+        self.keys = keys
+        self.key_matrix = key_matrix
+        self.order = order  # order[rank] = row id (only rows with valid keys)
+        self.rank = np.full(table.num_rows, -1, np.int64)
+        self.rank[order] = np.arange(order.size, dtype=np.int64)
+        self.tree = tree
+        self.name = name
+        self.nan_keys = nan_keys
+        self.source = source
+        self._lock = threading.Lock()  # libspatialindex handles are not safe for concurrent queries
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_rows = 0
+        valid = key_matrix[order] if order.size else np.empty((0, len(keys)))
+        self.bounds_lo = valid.min(axis=0) if order.size else np.zeros(len(keys))
+        self.bounds_hi = valid.max(axis=0) if order.size else np.zeros(len(keys))
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, table: pa.Table, keys: Sequence[str], *, name: str = "b", nan_keys: str = "error",
+              directory: str | None = None, source: str | None = None) -> "BIndex":
+        """Bulk-load the R-tree over ``table``'s keys (in memory, or on disk under ``directory``)."""
+        from smerge.merge.keys import check_keys, key_matrix
+
+        keys = tuple(keys)
+        if not keys:
+            raise UsageError("the index needs at least one key; pass --keys")
+        if len(keys) > MAX_DIMS:
+            raise UsageError(f"{len(keys)} keys; the index supports at most {MAX_DIMS}")
+        if ROW_ID_COLUMN in table.schema.names:
+            raise InputError(f"B has a column named {ROW_ID_COLUMN!r}, which the index reserves; rename it")
+        check_keys(table.schema, keys, side="B", source=source)
+        table = table.combine_chunks()
+        km = np.ascontiguousarray(key_matrix(table, keys))
+        bad = np.isnan(km).any(axis=1)
+        n_bad = int(bad.sum())
+        if n_bad and nan_keys == "error":
+            first = int(np.argmax(bad))
+            col = next(c for j, c in enumerate(keys) if np.isnan(km[first, j]))
+            raise KeyNaNError(col, first, source)
+        valid_rows = np.nonzero(~bad)[0].astype(np.int64)
+        order = valid_rows[_sort_order(km[valid_rows])]
+        tree = _build_tree(km, valid_rows, directory)
+        return cls(table, keys, km, order, tree, name=name, nan_keys=n_bad, source=source)
+
+    @classmethod
+    def from_source(cls, src, *, name: str | None = None, nan_keys: str = "error",
+                    directory: str | None = None) -> "BIndex":
+        """Read a whole ``smerge.datasets.InputSource`` (loads it all into memory) and index it."""
+        batches = list(src.batches())
+        table = pa.Table.from_batches(batches, schema=src.schema) if batches else src.schema.empty_table()
+        nm = name or os.path.splitext(os.path.basename(str(src.path).rstrip("/")))[0] or "b"
+        return cls.build(table, src.keys, name=nm, nan_keys=nan_keys, directory=directory, source=src.path)
+
+    def save(self, directory: str) -> None:
+        """Persist records (Parquet), sort order and metadata; the R-tree must already be on disk there."""
+        import pyarrow.parquet as pq
+
+        pq.write_table(self.table, os.path.join(directory, "data.parquet"))
+        np.save(os.path.join(directory, "order.npy"), self.order)
+        meta = {"format": "smerge-index", "version": INDEX_FORMAT_VERSION, "name": self.name,
+                "keys": list(self.keys), "count": self.table.num_rows, "nan_keys": self.nan_keys,
+                "source": self.source}
+        with open(os.path.join(directory, "meta.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+
+    @classmethod
+    def load(cls, directory: str) -> "BIndex":
+        """Open an index written by ``build_index``; the R-tree is opened from disk, not rebuilt."""
+        import pyarrow.parquet as pq
+
+        from smerge.merge.keys import key_matrix
+
+        meta_path = os.path.join(directory, "meta.json")
+        if not os.path.isfile(meta_path):
+            raise InputError(f"{directory}: not an smerge index (no meta.json); build one with `smerge index build`")
+        try:
+            with open(meta_path) as f:
+                meta = json.load(f)
+            if meta.get("format") != "smerge-index" or meta.get("version") != INDEX_FORMAT_VERSION:
+                raise InputError(f"{directory}: index format {meta.get('format')}/{meta.get('version')} "
+                                 f"is not supported; rebuild it with `smerge index build`")
+            table = pq.read_table(os.path.join(directory, "data.parquet"), memory_map=True).combine_chunks()
+            order = np.load(os.path.join(directory, "order.npy"))
+        except (OSError, ValueError, pa.ArrowException) as e:
+            raise InputError(f"{directory}: damaged index ({e}); rebuild it with `smerge index build`") from None
+        keys = tuple(meta["keys"])
+        km = np.ascontiguousarray(key_matrix(table, keys))
+        if table.num_rows != meta["count"] or order.size > table.num_rows:
+            raise InputError(f"{directory}: damaged index (record count mismatch); rebuild it")
+        tree = _open_tree(directory, len(keys))
+        return cls(table, keys, km, order.astype(np.int64), tree, name=meta["name"],
+                   nan_keys=int(meta.get("nan_keys", 0)), source=meta.get("source"))
+
+    # -- queries --------------------------------------------------------------------------------
+
+    @property
+    def num_rows(self) -> int:
+        return self.table.num_rows
+
+    def info(self) -> dict:
+        return {"name": self.name, "keys": list(self.keys), "count": self.table.num_rows,
+                "indexed": int(self.order.size), "nan_keys": self.nan_keys,
+                "bounds": {"lo": self.bounds_lo.tolist(), "hi": self.bounds_hi.tolist()},
+                "schema": [[f.name, str(f.type)] for f in self.table.schema]}
+
+    def check_box(self, box: Box) -> None:
+        d = len(self.keys)
+        if len(box.lo) != d or len(box.hi) != d:
+            raise UsageError(f"a box needs {d} bounds per side (keys {', '.join(self.keys)}); "
+                             f"got {len(box.lo)} and {len(box.hi)}")
+        if any(np.isnan(v) for v in box.lo + box.hi):
+            raise UsageError("box bounds must be numbers, not NaN")
+
+    def _tree_ids(self, box: Box, first_key_floor: float | None = None) -> np.ndarray:
+        """Row ids inside the closed box (unsorted). Bounds are clamped to the data bounds."""
+        if box.empty or self.order.size == 0:
+            return np.empty(0, np.int64)
+        lo = np.maximum(np.asarray(box.lo, np.float64), self.bounds_lo)
+        hi = np.minimum(np.asarray(box.hi, np.float64), self.bounds_hi)
+        if first_key_floor is not None:
+            lo[0] = max(lo[0], first_key_floor)
+        if (lo > hi).any():
+            return np.empty(0, np.int64)
+        if lo.size == 1:
+            lo, hi = np.append(lo, 0.0), np.append(hi, 0.0)
+        with self._lock:
+            ids, _ = self.tree.intersection_v(lo.reshape(1, -1), hi.reshape(1, -1))
+        return np.asarray(ids, np.int64)
+
+    def _sorted_ranks(self, op: str, boxes: Sequence[Box], after: int) -> np.ndarray:
+        floor = float(self.key_matrix[self.order[after], 0]) if after >= 0 else None
+        if op == "range":
+            ids = self._tree_ids(boxes[0], floor)
+        else:
+            ids = np.setxor1d(self._tree_ids(boxes[0], floor), self._tree_ids(boxes[1], floor), assume_unique=True)
+        ranks = np.sort(self.rank[ids])
+        if after >= 0:
+            ranks = ranks[np.searchsorted(ranks, after, side="right"):]
+        return ranks
+
+    def _query(self, op: str, boxes: Sequence[Box], limit: int, token: str | None) -> Page:
+        for b in boxes:
+            self.check_box(b)
+        if limit < 1:
+            raise UsageError(f"limit is {limit}; ask for at least 1 record per page")
+        fp = _fingerprint(op, boxes)
+        after = parse_token(token, fp)
+        with self._lock:
+            ranks = self._cache.get(fp)
+            if ranks is not None:
+                self._cache.move_to_end(fp)
+        if ranks is not None:
+            ranks = ranks[np.searchsorted(ranks, after, side="right"):] if after >= 0 else ranks
+        else:
+            ranks = self._sorted_ranks(op, boxes, after)
+            if after < 0 and ranks.size > limit:
+                self._remember(fp, ranks)
+        page = ranks[:limit]
+        next_token = f"{int(page[-1])}.{fp}" if ranks.size > limit else None
+        return Page(self.order[page], next_token)
+
+    def _remember(self, fp: str, ranks: np.ndarray) -> None:
+        if ranks.size > RESULT_CACHE_ROWS // 4:
+            return
+        with self._lock:
+            self._cache[fp] = ranks
+            self._cache_rows += ranks.size
+            while self._cache_rows > RESULT_CACHE_ROWS or len(self._cache) > RESULT_CACHE_ENTRIES:
+                _, old = self._cache.popitem(last=False)
+                self._cache_rows -= old.size
+
+    def range_query(self, box: Box, *, limit: int, token: str | None = None) -> Page:
+        """Rows with every key inside ``box``, sorted by (key, row id); at most ``limit``."""
+        return self._query("range", [box], limit, token)
+
+    def symdiff_query(self, box1: Box, box2: Box, *, limit: int, token: str | None = None) -> Page:
+        """Rows inside exactly one of ``box1`` and ``box2``, sorted by (key, row id)."""
+        return self._query("symdiff", [box1, box2], limit, token)
+
+    def take(self, rows: np.ndarray, columns: Sequence[str] | None = None) -> pa.Table:
+        """Records by row id (in the given order) with their row id in ``ROW_ID_COLUMN``."""
+        t = self.table if columns is None else self.table.select(list(columns))
+        out = t.take(pa.array(rows, pa.int64()))
+        return out.append_column(pa.field(ROW_ID_COLUMN, pa.int64(), nullable=False), pa.array(rows, pa.int64()))
+
+    def result_schema(self, columns: Sequence[str] | None = None) -> pa.Schema:
+        s = self.table.schema if columns is None else pa.schema([self.table.schema.field(c) for c in columns])
+        return s.append(pa.field(ROW_ID_COLUMN, pa.int64(), nullable=False))
+
+    def close(self) -> None:
+        if self.tree is not None:
+            self.tree.close()
+            self.tree = None
+
+
+def _props(d: int):
+    from rtree import index
+
+    p = index.Property()
+    p.dimension = max(2, d)
+    return p
+
+
+def _build_tree(km: np.ndarray, rows: np.ndarray, directory: str | None):
+    """Bulk-load (STR, libspatialindex >= 2.1) the R-tree over the points ``km[rows]``."""
+    from rtree import index
+
+    pts = km[rows]
+    if km.shape[1] == 1:
+        pts = np.column_stack([pts, np.zeros(rows.size)])
+    pts = np.ascontiguousarray(pts, np.float64)
+    p = _props(km.shape[1])
+    base = os.path.join(directory, "rtree") if directory else None
+    if base:
+        p.overwrite = True
+    if rows.size == 0:
+        return index.Index(base, properties=p) if base else index.Index(properties=p)
+    arrays = (rows, pts, pts)
+    return index.Index(base, arrays, properties=p) if base else index.Index(arrays, properties=p)
+
+
+def _open_tree(directory: str, d: int):
+    from rtree import index
+
+    base = os.path.join(directory, "rtree")
+    if not os.path.isfile(base + ".idx"):
+        raise InputError(f"{directory}: the R-tree files are missing; rebuild the index with `smerge index build`")
+    return index.Index(base, properties=_props(d))
+
+
+def build_index(src, directory: str, *, name: str | None = None, nan_keys: str = "error",
+                overwrite: bool = False) -> BIndex:
+    """Build and persist an index of ``src`` (an InputSource) under ``directory`` (atomically)."""
+    import shutil
+    import tempfile
+
+    directory = os.path.abspath(directory)
+    if os.path.exists(directory) and not overwrite and os.listdir(directory):
+        raise UsageError(f"{directory} exists and is not empty; choose another -o or pass --overwrite")
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise UsageError(f"{parent}: no such directory for the index; create it first")
+    tmp = tempfile.mkdtemp(prefix=".smerge-index-", dir=parent)
+    try:
+        idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, directory=tmp)
+        idx.tree.close()
+        idx.tree = None
+        idx.save(tmp)
+        if os.path.exists(directory):
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return BIndex.load(directory)
+
+
+class LocalSource:
+    """An in-process ``RangeSource`` for RTM over a ``BIndex`` (no server; for tests and embedding)."""
+
+    def __init__(self, index: BIndex):
+        self.index = index
+
+    def range_query(self, box: Box, *, limit: int, token: str | None = None) -> tuple[pa.Table, str | None]:
+        page = self.index.range_query(box, limit=limit, token=token)
+        return self.index.take(page.rows), page.next_token
+
+    def symdiff_query(self, box1: Box, box2: Box, *, limit: int,
+                      token: str | None = None) -> tuple[pa.Table, str | None]:
+        page = self.index.symdiff_query(box1, box2, limit=limit, token=token)
+        return self.index.take(page.rows), page.next_token

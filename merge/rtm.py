@@ -1,0 +1,277 @@
+"""RTM: the R-tree merge (spec section 5) as a partition-level iterator.
+
+``rtm_merge(a_batches, source, params)`` reads A in windows of N records (arrival order) and,
+for each window, asks ``source`` — anything with ``range_query``/``symdiff_query`` returning
+``(table, next_token)``, e.g. ``smerge.transport.flight_client.IndexClient`` or
+``smerge.index.LocalSource`` — for the B records in the window's eps-box, N at a time. It
+yields batches of pairs (layout: ``merge.output``). B is an indexed relation, not consumed: a
+B record may pair with A records of several windows; each A record pairs at most once.
+
+Memory: one A window, the current window B and the pairs of one A window, plus a bitmap of
+|B| booleans recording which B records were ever paired (for ``b_unmatched``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Iterator, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import KeyNaNError
+from smerge.index.rtree_index import ROW_ID_COLUMN, Box
+from smerge.merge import _kernel
+from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
+from smerge.merge.output import empty_batch, pair_batch, pair_schema
+from smerge.merge.rtm_params import RTMParams
+from smerge.merge.stats import MergeStats, ReportWindows
+
+UnmatchedSink = Callable[[str, pa.RecordBatch], None]
+
+
+class RangeSource(Protocol):
+    """What RTM needs of the index server (spec section 5)."""
+
+    def range_query(self, box: Box, *, limit: int, token: str | None = None) -> tuple[pa.Table, str | None]: ...
+
+    def symdiff_query(self, box1: Box, box2: Box, *, limit: int,
+                      token: str | None = None) -> tuple[pa.Table, str | None]: ...
+
+
+class _Fetcher:
+    """Window B for one A window: the first N of range(box_A), then refills (spec step 4)."""
+
+    def __init__(self, source: RangeSource, box: Box, params: RTMParams, keys_b: tuple[str, ...], clock: list):
+        self.source, self.box, self.params, self.keys_b, self.clock = source, box, params, keys_b, clock
+        self.n = params.window_size
+        self.buf: pa.Table | None = None
+        self.pos = 0
+        self.token: str | None = None
+        self.started = False
+        self.fetch_limit = self.n
+        self.c_lo: np.ndarray | None = None  # bounding box C of every B record fetched so far
+        self.c_hi: np.ndarray | None = None
+        self.queries = 0
+        self.fetched = 0
+
+    def _timed(self, fn):
+        t0 = time.perf_counter()
+        try:
+            return fn()
+        finally:
+            self.clock[0] += time.perf_counter() - t0
+            self.queries += 1
+
+    def _track(self, keys: np.ndarray) -> None:
+        if keys.shape[0] == 0:
+            return
+        lo, hi = keys.min(axis=0), keys.max(axis=0)
+        self.c_lo = lo if self.c_lo is None else np.minimum(self.c_lo, lo)
+        self.c_hi = hi if self.c_hi is None else np.maximum(self.c_hi, hi)
+
+    def _page_mode_next(self) -> pa.Table:
+        have = 0 if self.buf is None else self.buf.num_rows - self.pos
+        if have < self.n and (not self.started or self.token is not None):
+            limit = self.fetch_limit
+            table, self.token = self._timed(lambda: self.source.range_query(self.box, limit=limit, token=self.token))
+            self.fetched += table.num_rows
+            self.started = True
+            self.fetch_limit = min(max(self.n, 2 * self.fetch_limit), max(self.n, self.params.fetch_rows))
+            rest = self.buf.slice(self.pos) if self.buf is not None else None
+            self.buf = pa.concat_tables([rest, table]) if rest is not None and rest.num_rows else table
+            self.pos = 0
+        if self.buf is None:
+            return None
+        out = self.buf.slice(self.pos, self.n)
+        self.pos += out.num_rows
+        return out
+
+    def next_window(self) -> pa.Table | None:
+        """The next window B (sorted by key, row id), or an empty table when there is none."""
+        if self.params.refill == "page" or not self.started:
+            if self.params.refill == "page":
+                return self._page_mode_next()
+            table, _ = self._timed(lambda: self.source.range_query(self.box, limit=self.n))
+            self.started = True
+        else:
+            c = Box(tuple(self.c_lo.tolist()), tuple(self.c_hi.tolist()))
+            table, _ = self._timed(lambda: self.source.symdiff_query(c, self.box, limit=self.n))
+        self.fetched += table.num_rows
+        self._track(key_matrix(table, self.keys_b))
+        return table
+
+
+def _a_windows(batches: Iterator[pa.RecordBatch], schema: pa.Schema, n: int,
+               clock: list) -> Iterator[pa.Table]:
+    """A in windows of exactly N records (the last may be shorter), arrival order."""
+    held: list[pa.RecordBatch] = []
+    count = 0
+    while True:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        clock[0] += time.perf_counter() - t0
+        if batch is None:
+            break
+        if batch.schema != schema:
+            batch = pa.RecordBatch.from_arrays([batch.column(c) for c in schema.names], schema=schema) \
+                if batch.schema.names == schema.names else batch.select(schema.names).cast(schema)
+        held.append(batch)
+        count += batch.num_rows
+        while count >= n:
+            t = pa.Table.from_batches(held, schema=schema)
+            yield t.slice(0, n)
+            rest = t.slice(n)
+            held = rest.to_batches()
+            count = rest.num_rows
+    if count:
+        yield pa.Table.from_batches(held, schema=schema)
+
+
+def rtm_merge(
+    a_batches: Iterable[pa.RecordBatch],
+    source: RangeSource,
+    params: RTMParams,
+    *,
+    schema_a: pa.Schema,
+    schema_b: pa.Schema,
+    b_records: int,
+    stats: MergeStats | None = None,
+    unmatched: UnmatchedSink | None = None,
+    a_first_row: int = 0,
+    source_a: str | None = None,
+    b_paired: np.ndarray | None = None,
+    kappa_max_b: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Merge A against the indexed B with RTM; yield batches of pairs (spec sections 2 and 5).
+
+    ``schema_b`` is B's schema (without the row id column); ``b_records`` its record count.
+    ``unmatched("a", batch)`` receives A's unmatched records (B's unmatched records are those
+    never paired: ``b_paired`` is the caller's bitmap, marked in place). ``kappa_max_b`` returns
+    all of B's (keys, row ids) to compute kappa_max at the end (holds all keys in memory).
+    ``stats`` is complete when the iterator is exhausted.
+    """
+    t_start = time.perf_counter()
+    stats = stats if stats is not None else MergeStats("rtm")
+    stats.algorithm = "rtm"
+    stats.params = params.as_dict()
+    check_key_compat(schema_a, params.keys.a, schema_b, params.keys.b, source_a=source_a)
+    out_schema = pair_schema(schema_a, schema_b, with_ids=params.with_ids)
+    b_names = schema_b.names
+    n, d = params.window_size, len(params.keys.a)
+    eps = np.asarray(params.eps, dtype=np.float64)
+    if b_paired is None:
+        b_paired = np.zeros(b_records, dtype=np.bool_)
+    report = ReportWindows(n)
+    a_wait, b_wait = [0.0], [0.0]
+    yield_seconds = 0.0
+    next_row = a_first_row
+    a_keys_all: list[np.ndarray] = []
+    queries = fetched = windows = 0
+    ma, mb = np.empty(n, np.bool_), np.empty(n, np.bool_)
+    pa_, pb_ = np.empty(n, np.int64), np.empty(n, np.int64)
+
+    def emit_a(window: pa.Table, pos: np.ndarray, rows: np.ndarray) -> None:
+        if unmatched is not None and pos.size:
+            batch = window.take(pa.array(pos, pa.int64())).combine_chunks().to_batches()
+            batch = batch[0] if batch else empty_batch(schema_a)
+            if params.with_ids:
+                batch = batch.append_column("a_row", pa.array(rows, pa.int64()))
+            unmatched("a", batch)
+
+    for window in _a_windows(iter(a_batches), schema_a, n, a_wait):
+        windows += 1
+        w = window.num_rows
+        rows = np.arange(next_row, next_row + w, dtype=np.int64)
+        next_row += w
+        k = key_matrix(window, params.keys.a)
+        bad = nan_rows(k)
+        pos = np.arange(w, dtype=np.int64)
+        if bad.any():
+            first_bad = int(np.argmax(bad))
+            if params.nan_keys == "error":
+                col = next(c for j, c in enumerate(params.keys.a) if np.isnan(k[first_bad, j]))
+                raise KeyNaNError(col, int(rows[first_bad]), source_a)
+            stats.a_nan_keys += int(bad.sum())
+            emit_a(window, pos[bad], rows[bad])
+            k, pos = k[~bad], pos[~bad]
+        if kappa_max_b is not None:
+            a_keys_all.append(k)
+        order = _kernel.argsort_keys(np.ascontiguousarray(k), rows[pos])
+        ak = np.ascontiguousarray(k[order])
+        apos = pos[order]
+        na = ak.shape[0]
+        matched_a: list[np.ndarray] = []
+        b_parts: list[pa.Table] = []
+        if na:
+            box = Box(tuple((ak.min(axis=0) - eps).tolist()), tuple((ak.max(axis=0) + eps).tolist()))
+            fetcher = _Fetcher(source, box, params, params.keys.b, b_wait)
+            wb = fetcher.next_window()
+            while wb is not None and wb.num_rows and na:
+                bk = np.ascontiguousarray(key_matrix(wb, params.keys.b))
+                nb = bk.shape[0]
+                ma[:na] = False
+                mb[:nb] = False
+                m, i, _j = _kernel.sweep(ak, na, bk, nb, eps, ma, mb, pa_, pb_)
+                if m:
+                    matched_a.append(apos[pa_[:m]].copy())
+                    b_parts.append(wb.take(pa.array(pb_[:m].copy())))
+                    keep = ~ma[:na]
+                    ak, apos = np.ascontiguousarray(ak[keep]), apos[keep]
+                if i >= na:  # cursor a reached the end of window A first: next A window
+                    break
+                na = ak.shape[0]
+                wb = fetcher.next_window()  # cursor b reached the end of window B: refill
+            queries += fetcher.queries
+            fetched += fetcher.fetched
+        left = apos
+        m_total = sum(x.size for x in matched_a)
+        if m_total:
+            a_pos_all = np.concatenate(matched_a)
+            b_tab = pa.concat_tables(b_parts) if len(b_parts) > 1 else b_parts[0]
+            b_rows = b_tab.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
+            b_paired[b_rows] = True
+            a_part = window.take(pa.array(a_pos_all)).combine_chunks().to_batches()[0]
+            b_part = b_tab.select(b_names).combine_chunks()
+            if b_part.schema != schema_b:
+                b_part = b_part.cast(schema_b)
+            b_batch = b_part.to_batches()[0]
+            out = pair_batch(out_schema, a_part, b_batch, rows[a_pos_all] if params.with_ids else None,
+                             b_rows if params.with_ids else None)
+            stats.matched += m_total
+            t0 = time.perf_counter()
+            yield out
+            yield_seconds += time.perf_counter() - t0
+        stats.a_unmatched += left.size
+        emit_a(window, np.sort(left), rows[np.sort(left)])
+        report.add(m_total, w)
+    stats.a_unmatched += stats.a_nan_keys
+    report.finish()
+    stats.kappas = report.kappas
+    stats.passes = windows
+    stats.a_records = next_row - a_first_row
+    stats.b_records = b_records
+    paired = int(np.count_nonzero(b_paired))
+    stats.b_unmatched = b_records - paired
+    stats.extra.update({"a_windows": windows, "queries": queries, "b_fetched": fetched, "b_paired": paired})
+    if kappa_max_b is not None:
+        from smerge.merge.cgm import kappa_max_pairs
+
+        ka = np.concatenate(a_keys_all) if a_keys_all else np.empty((0, d))
+        ra = np.arange(ka.shape[0], dtype=np.int64)
+        kb, rb = kappa_max_b()
+        pairs = kappa_max_pairs(np.ascontiguousarray(ka), ra, np.ascontiguousarray(kb), rb, params.eps)
+        stats.kappa_max = pairs / stats.a_records if stats.a_records else 1.0
+    stats.check_accounting()
+    stats.fetch_seconds = a_wait[0] + b_wait[0]
+    stats.extra["fetch_b_seconds"] = b_wait[0]
+    stats.merge_seconds = time.perf_counter() - t_start - a_wait[0] - b_wait[0] - yield_seconds
+
+
+def rtm_merge_table(a: pa.Table, source: RangeSource, params: RTMParams, *, schema_b: pa.Schema, b_records: int,
+                    **kw) -> pa.Table:
+    """Convenience: merge an in-memory A; returns all pairs as one table (loads it all)."""
+    batches = list(rtm_merge(a.to_batches(), source, params, schema_a=a.schema, schema_b=schema_b,
+                             b_records=b_records, **kw))
+    schema = pair_schema(a.schema, schema_b, with_ids=params.with_ids)
+    return pa.Table.from_batches(batches or [empty_batch(schema)], schema=schema)

@@ -1,0 +1,67 @@
+"""Parameters of the RTM merge (spec section 5): one frozen dataclass, validated once."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from smerge.errors import UsageError
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, NAN_KEY_POLICIES, MergeKeys
+
+REFILL_MODES = ("page", "symdiff")
+DEFAULT_FETCH_ROWS = 262144
+
+
+@dataclass(frozen=True)
+class RTMParams:
+    """``window_size`` is N (A-window and B-window size, records); ``eps`` one tolerance per key;
+    ``refill`` is ``page`` (lossless, default) or ``symdiff`` (the paper's variant).
+
+    ``fetch_rows`` caps how many records one range request may bring back in page mode: the
+    client asks for N first, then doubles up to this cap and slices the result into N-record
+    windows B, so the windows are exactly the spec's pages; it changes the number of round
+    trips, never the result.
+    """
+
+    keys: MergeKeys
+    eps: tuple[float, ...]
+    window_size: int = DEFAULT_WINDOW_SIZE
+    refill: str = "page"
+    with_ids: bool = False
+    nan_keys: str = "error"
+    delta: float | None = None
+    delta_windows: int = DEFAULT_DELTA_WINDOWS
+    fetch_rows: int = field(default=DEFAULT_FETCH_ROWS, compare=False)
+
+    def __post_init__(self) -> None:
+        n = self.window_size
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
+        if self.refill not in REFILL_MODES:
+            raise UsageError(f"--refill is {self.refill!r}; use page (lossless) or symdiff (the paper's)")
+        if len(self.eps) != len(self.keys.a):
+            raise UsageError(f"{len(self.eps)} tolerances for {len(self.keys.a)} keys")
+        for k, e in zip(self.keys.a, self.eps):
+            if math.isnan(e) or e < 0 or math.isinf(e):
+                raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
+        if self.nan_keys not in NAN_KEY_POLICIES:
+            raise UsageError(f"--nan-keys is {self.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
+        if self.delta is not None and not (0.0 <= self.delta <= 1.0):
+            raise UsageError(f"--delta is {self.delta}; the allowed drop rate is a fraction in [0, 1]")
+        if self.delta_windows < 1:
+            raise UsageError(f"--delta-windows is {self.delta_windows}; use an integer >= 1")
+        if self.fetch_rows < 1:
+            raise UsageError(f"fetch_rows is {self.fetch_rows}; use an integer >= 1")
+
+    def as_dict(self) -> dict:
+        return {
+            "keys_a": list(self.keys.a),
+            "keys_b": list(self.keys.b),
+            "eps": dict(zip(self.keys.a, self.eps)),
+            "window_size": self.window_size,
+            "refill": self.refill,
+            "with_ids": self.with_ids,
+            "nan_keys": self.nan_keys,
+            "delta": self.delta,
+            "delta_windows": self.delta_windows,
+        }

@@ -1,0 +1,173 @@
+"""Client of the index server (``transport.flight_server``): info, range/symdiff pages, streams.
+
+Transient failures (server unavailable, timeouts, a dropped stream) are retried with backoff;
+because continuation tokens are stateless (a sort position, not a server cursor), a retried
+page is exactly the page that was asked for: nothing lost, nothing duplicated. Server-side
+errors become ``smerge.errors`` exceptions with the server's message.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Iterator, Sequence
+from urllib.parse import urlsplit
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from smerge.errors import InputError, UsageError
+from smerge.index import Box
+from smerge.transport.flight_protocol import NEXT_TOKEN_KEY, Query
+
+DEFAULT_TIMEOUT = 120.0
+DEFAULT_RETRIES = 4
+_TRANSIENT = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
+
+
+def split_url(url: str) -> tuple[str, str | None]:
+    """``grpc://host:port/NAME`` -> (Flight location, dataset NAME or None)."""
+    parts = urlsplit(url)
+    scheme = {"grpc": "grpc+tcp", "grpc+tcp": "grpc+tcp", "grpc+tls": "grpc+tls", "grpcs": "grpc+tls"}.get(parts.scheme)
+    if scheme is None or not parts.hostname or parts.port is None:
+        raise UsageError(f"server URL {url!r} must look like grpc://HOST:PORT (or grpc+tls://HOST:PORT), "
+                         "optionally followed by /NAME")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    name = parts.path.strip("/") or None
+    return f"{scheme}://{host}:{parts.port}", name
+
+
+class IndexClient:
+    """A connection to an index server. Thread-safe for concurrent calls (one gRPC channel)."""
+
+    def __init__(self, url: str, *, token: str | None = None, dataset: str | None = None,
+                 tls_root_certs: bytes | None = None, timeout: float = DEFAULT_TIMEOUT,
+                 retries: int = DEFAULT_RETRIES):
+        self.location, name = split_url(url)
+        self.url = url
+        self.dataset = dataset if dataset is not None else name
+        kw = {}
+        if tls_root_certs is not None:
+            kw["tls_root_certs"] = tls_root_certs
+        self._client = flight.FlightClient(self.location, **kw)
+        headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+        self._options = flight.FlightCallOptions(headers=headers, timeout=timeout)
+        self.retries = retries
+        self.retried = 0
+        self._info: dict | None = None
+
+    # -- plumbing -----------------------------------------------------------------------------------
+
+    def _call(self, fn):
+        delay = 0.05
+        for attempt in range(self.retries + 1):
+            try:
+                return fn()
+            except flight.FlightUnauthenticatedError as e:
+                raise UsageError(f"{self.url}: the server rejected the token ({_first_line(e)}); "
+                                 "pass the server's --token-file") from None
+            except _TRANSIENT as e:
+                if attempt == self.retries:
+                    raise InputError(f"{self.url}: server unavailable after {self.retries + 1} attempts "
+                                     f"({_first_line(e)}); is `smerge serve` running there?") from None
+                self.retried += 1
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+            except pa.ArrowInvalid as e:
+                raise UsageError(f"{self.url}: {_server_message(e)}") from None
+            except flight.FlightError as e:
+                raise InputError(f"{self.url}: server error: {_first_line(e)}") from None
+
+    def _get_table(self, body: bytes) -> pa.Table:
+        def once():
+            reader = self._client.do_get(flight.Ticket(body), self._options)
+            return reader.read_all()
+        return self._call(once)
+
+    # -- API ------------------------------------------------------------------------------------------
+
+    def info(self) -> dict:
+        if self._info is None:
+            body = json.dumps({"dataset": self.dataset} if self.dataset else {}).encode()
+            res = self._call(lambda: list(self._client.do_action(flight.Action("info", body), self._options)))
+            self._info = json.loads(res[0].body.to_pybytes())
+        return self._info
+
+    def health(self) -> bool:
+        res = self._call(lambda: list(self._client.do_action(flight.Action("health", b""), self._options)))
+        return res[0].body.to_pybytes() == b"ok"
+
+    def _page(self, op: str, boxes: Sequence[Box], limit: int, token: str | None,
+              columns: Sequence[str] | None) -> tuple[pa.Table, str | None]:
+        q = Query(op=op, dataset=self.dataset, boxes=tuple((b.lo, b.hi) for b in boxes), limit=int(limit),
+                  token=token, columns=tuple(columns) if columns is not None else None)
+        table = self._get_table(q.to_json())
+        meta = table.schema.metadata or {}
+        nxt = meta.get(NEXT_TOKEN_KEY, b"").decode() or None
+        return table.replace_schema_metadata(None), nxt
+
+    def range_query(self, box: Box, *, limit: int, token: str | None = None,
+                    columns: Sequence[str] | None = None) -> tuple[pa.Table, str | None]:
+        """One page of range(box): a table (B's columns + ``__smerge_row``) and the next token."""
+        return self._page("range", [box], limit, token, columns)
+
+    def symdiff_query(self, box1: Box, box2: Box, *, limit: int, token: str | None = None,
+                      columns: Sequence[str] | None = None) -> tuple[pa.Table, str | None]:
+        return self._page("symdiff", [box1, box2], limit, token, columns)
+
+    def stream(self, columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+        """B in stored order, batch by batch (a dropped stream is an error, not retried mid-way)."""
+        q = Query(op="stream", dataset=self.dataset, boxes=(), limit=1, token=None,
+                  columns=tuple(columns) if columns is not None else None)
+        reader = self._call(lambda: self._client.do_get(flight.Ticket(q.to_json()), self._options))
+        try:
+            while True:
+                try:
+                    chunk = reader.read_chunk()
+                except StopIteration:
+                    return
+                except flight.FlightError as e:
+                    raise InputError(f"{self.url}: stream broken ({_first_line(e)})") from None
+                yield chunk.data
+        finally:
+            try:
+                reader.cancel()
+            except Exception:  # noqa: BLE001 - best effort on an already closed stream
+                pass
+
+    def schema(self) -> pa.Schema:
+        """B's schema (without the row id column), from the Flight info of the plain stream."""
+        name = self.dataset or self.info()["name"]
+        fi = self._call(lambda: self._client.get_flight_info(flight.FlightDescriptor.for_path(name), self._options))
+        return fi.schema
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> "IndexClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _first_line(e: BaseException) -> str:
+    s = str(e).strip()
+    s = s.splitlines()[0] if s else type(e).__name__
+    return s.split(". Detail:")[0]
+
+
+def _server_message(e: BaseException) -> str:
+    """The server's own message out of a gRPC error string."""
+    s = _first_line(e)
+    for prefix in ("Invalid: ",):
+        if s.startswith(prefix):
+            s = s[len(prefix):]
+    return s.split(". Detail:")[0]
+
+
+def rows_of(table: pa.Table) -> np.ndarray:
+    from smerge.index import ROW_ID_COLUMN
+
+    return table.column(ROW_ID_COLUMN).to_numpy().astype(np.int64, copy=False)

@@ -1,0 +1,124 @@
+"""The JSON query bodies of the index server, validated (shared by server and client).
+
+A query is a small JSON object sent as a Flight ticket (``do_get``) or action body:
+
+``{"op": "range", "box": {"lo": [..], "hi": [..]}, "limit": 5000, "token": null}``
+``{"op": "symdiff", "box": {..}, "box2": {..}, "limit": 5000, "token": null}``
+``{"op": "stream"}`` (B in stored order), optional ``"columns": [..]`` and ``"dataset": NAME``.
+
+Every field is checked (type, size, range); anything else is rejected with a message that
+says what is wrong. Limits are module constants.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+MAX_REQUEST_BYTES = 64 * 1024
+MAX_PAGE_ROWS = 1_000_000
+MAX_DIMS = 8
+MAX_BOXES = 2
+MAX_COLUMNS = 1024
+OPS = {"range": 1, "symdiff": 2, "stream": 0}
+FIELDS = {"op", "dataset", "box", "box2", "limit", "token", "columns"}
+NEXT_TOKEN_KEY = b"smerge.next_token"
+
+
+class BadRequest(ValueError):
+    """A malformed, oversized or unknown request (the server answers INVALID_ARGUMENT)."""
+
+
+@dataclass(frozen=True)
+class Query:
+    op: str
+    dataset: str | None
+    boxes: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
+    limit: int
+    token: str | None
+    columns: tuple[str, ...] | None
+
+    def to_json(self) -> bytes:
+        body: dict = {"op": self.op}
+        if self.dataset is not None:
+            body["dataset"] = self.dataset
+        for name, (lo, hi) in zip(("box", "box2"), self.boxes):
+            body[name] = {"lo": list(lo), "hi": list(hi)}
+        if self.op != "stream":
+            body["limit"] = self.limit
+            body["token"] = self.token
+        if self.columns is not None:
+            body["columns"] = list(self.columns)
+        return json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
+
+
+def _number(v, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        if v in ("inf", "+inf", "-inf", "Infinity", "-Infinity"):
+            return float(v.replace("Infinity", "inf"))
+        raise BadRequest(f"{where} must be a number, got {type(v).__name__}")
+    f = float(v)
+    if math.isnan(f):
+        raise BadRequest(f"{where} is NaN; box bounds must be numbers")
+    return f
+
+
+def _box(v, name: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    if not isinstance(v, dict) or set(v) != {"lo", "hi"}:
+        raise BadRequest(f"{name!r} must be an object {{\"lo\": [...], \"hi\": [...]}}")
+    lo, hi = v["lo"], v["hi"]
+    if not isinstance(lo, list) or not isinstance(hi, list):
+        raise BadRequest(f"{name}.lo and {name}.hi must be lists of numbers")
+    if not (1 <= len(lo) <= MAX_DIMS) or len(lo) != len(hi):
+        raise BadRequest(f"{name} must have 1..{MAX_DIMS} bounds on each side, the same number for lo and hi")
+    return (tuple(_number(x, f"{name}.lo[{i}]") for i, x in enumerate(lo)),
+            tuple(_number(x, f"{name}.hi[{i}]") for i, x in enumerate(hi)))
+
+
+def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
+    """Validate a request body; raise ``BadRequest`` with a clear message."""
+    if len(raw) > MAX_REQUEST_BYTES:
+        raise BadRequest(f"request is {len(raw)} bytes; the limit is {MAX_REQUEST_BYTES}")
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise BadRequest(f"request is not valid JSON ({e})") from None
+    if not isinstance(body, dict):
+        raise BadRequest("request must be a JSON object with an \"op\" field")
+    unknown = sorted(set(body) - FIELDS)
+    if unknown:
+        raise BadRequest(f"unknown request field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(FIELDS))}")
+    op = body.get("op")
+    if op not in OPS:
+        raise BadRequest(f"unknown op {op!r}; use one of {', '.join(OPS)}")
+    dataset = body.get("dataset")
+    if dataset is not None and (not isinstance(dataset, str) or len(dataset) > 256):
+        raise BadRequest("dataset must be a name (string)")
+    nbox = OPS[op]
+    names = ("box", "box2")[:nbox]
+    extra_boxes = [n for n in ("box", "box2")[nbox:] if n in body]
+    if extra_boxes:
+        raise BadRequest(f"op {op!r} takes {nbox} box(es) (at most {MAX_BOXES}); remove {', '.join(extra_boxes)}")
+    for n in names:
+        if n not in body:
+            raise BadRequest(f"op {op!r} needs {n!r}")
+    boxes = tuple(_box(body[n], n) for n in names)
+    if nbox == 2 and len(boxes[0][0]) != len(boxes[1][0]):
+        raise BadRequest("box and box2 must have the same number of keys")
+    limit = body.get("limit", max_page if op == "stream" else None)
+    if op != "stream":
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise BadRequest(f"op {op!r} needs an integer \"limit\" (records per page, 1..{max_page})")
+        if not 1 <= limit <= max_page:
+            raise BadRequest(f"limit is {limit}; use 1..{max_page} records per page")
+    token = body.get("token")
+    if token is not None and (not isinstance(token, str) or len(token) > 128):
+        raise BadRequest("token must be the string returned by the previous page, or null")
+    columns = body.get("columns")
+    if columns is not None:
+        if (not isinstance(columns, list) or len(columns) > MAX_COLUMNS
+                or not all(isinstance(c, str) for c in columns)):
+            raise BadRequest("columns must be a list of column names")
+        columns = tuple(columns)
+    return Query(op=op, dataset=dataset, boxes=boxes, limit=int(limit), token=token, columns=columns)
