@@ -31,5 +31,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e ".[test,bench]"
+if ! .venv/bin/python -m pip install -q -e ".[test,bench]" >.venv/install.log 2>&1; then
+  tail -n 40 .venv/install.log >&2
+  echo "smerge setup: pip install failed (full log: .venv/install.log)" >&2
+  exit 1
+fi
 echo "smerge setup: ready (.venv/bin/smerge)" >&2
