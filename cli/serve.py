@@ -1,0 +1,89 @@
+"""``smerge serve B``: an Arrow Flight index server over B (range/symdiff queries, plain stream)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Annotated, Optional
+
+import typer
+
+from smerge.cli.cgm import DebugOpt, KeysOpt, NanOpt
+from smerge.cli.common import run_guarded, split_list
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command("serve")
+def serve(
+    b: Annotated[Optional[str], typer.Argument(help="Stream B to serve (omit with --index).")] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; non-loopback addresses need --token-file.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port to listen on (0: a free port).")] = 8815,
+    token_file: Annotated[Optional[str], typer.Option("--token-file", help="Require this bearer token (file content).")] = None,
+    keys: KeysOpt = None,
+    vars_: Annotated[Optional[str], typer.Option("--vars", help="Payload variables/columns to serve (default: all).")] = None,
+    index: Annotated[Optional[str], typer.Option("--index", help="Serve a persisted index (`smerge index build`).")] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Dataset name (default: B's file stem).")] = None,
+    tls_cert: Annotated[Optional[str], typer.Option("--tls-cert", help="PEM certificate: serve grpc+tls.")] = None,
+    tls_key: Annotated[Optional[str], typer.Option("--tls-key", help="PEM private key for --tls-cert.")] = None,
+    max_page: Annotated[int, typer.Option("--max-page", help="Largest page (records) a query may ask for.")] = 1_000_000,
+    nan_keys: NanOpt = "error",
+    debug: DebugOpt = False,
+) -> None:
+    """Serve B's records and R-tree index over Arrow Flight until SIGTERM or Ctrl-C."""
+
+    def body() -> int:
+        from smerge.datasets import open_input
+        from smerge.errors import UsageError
+        from smerge.index import BIndex
+        from smerge.transport.flight_server import IndexServer, read_token_file
+
+        if (b is None) == (index is None):
+            raise UsageError("give either B or --index DIR")
+        if not 0 <= port <= 65535:
+            raise UsageError(f"--port {port} is not a port number (0-65535)")
+        if max_page < 1:
+            raise UsageError(f"--max-page is {max_page}; use an integer >= 1")
+        token = read_token_file(token_file) if token_file else None
+        cert = key = None
+        if tls_cert or tls_key:
+            if not (tls_cert and tls_key):
+                raise UsageError("TLS needs both --tls-cert and --tls-key")
+            try:
+                cert, key = open(tls_cert, "rb").read(), open(tls_key, "rb").read()
+            except OSError as e:
+                raise UsageError(f"cannot read the TLS certificate or key ({e})") from None
+        if index is not None:
+            if keys or vars_:
+                raise UsageError("--keys/--vars are fixed when the index is built; drop them with --index")
+            idx = BIndex.load(index)
+            if name:
+                idx.name = name
+        else:
+            if nan_keys not in ("error", "unmatched"):
+                raise UsageError(f"--nan-keys is {nan_keys!r}; use error or unmatched")
+            src = open_input(b, keys=split_list(keys), variables=split_list(vars_))
+            if not src.keys:
+                raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+            idx = BIndex.from_source(src, name=name, nan_keys=nan_keys)
+        server = IndexServer(idx, host=host, port=port, token=token, tls_cert=cert, tls_key=key, max_page=max_page)
+        stop = threading.Event()
+
+        def on_signal(signum, frame):
+            if not stop.is_set():
+                stop.set()
+                threading.Thread(target=server.shutdown, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        typer.echo(f"smerge serve: {idx.name} ({idx.num_rows:,} records, keys {','.join(idx.keys)}) at "
+                   f"{server.url}/{idx.name}" + (" (token required)" if token else ""), err=True)
+        typer.echo(f"{server.url}/{idx.name}", err=False)
+        import sys
+
+        sys.stdout.flush()
+        server.serve()
+        typer.echo(f"smerge serve: stopped after {server.requests:,} requests ({server.errors:,} rejected)", err=True)
+        return 0
+
+    run_guarded(body, debug=debug)

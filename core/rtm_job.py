@@ -1,0 +1,252 @@
+"""RTM jobs: open A, reach B's index server (embedded or running), merge, write atomically.
+
+``RTMJob`` describes one RTM merge as given on the command line. ``prepare_rtm`` opens A
+(metadata only), opens B or asks the running server for B's schema and keys, validates every
+parameter and output path; nothing is written before that succeeds. ``run_rtm`` then:
+
+- embedded (``b`` given): reads B, bulk-loads the R-tree in memory and starts an index server
+  on 127.0.0.1, a free port and a random token, for the duration of the run;
+- ``server`` given: uses that server (token from ``token_file``).
+
+The merge itself always goes through the Flight client. B's unmatched records are the B
+records never paired with any A record (B is not consumed by RTM); with ``unmatched`` they
+are streamed back from the server at the end and written to ``PREFIX.b.parquet``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, replace
+from typing import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.datasets import InputSource, check_output_path, format_for, open_input
+from smerge.errors import OutputError, UsageError
+from smerge.jobs import PreparedMerge, ProgressFactory, default_output, open_outputs, write_stats
+from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
+from smerge.merge.output import pair_schema
+from smerge.merge.params import MergeKeys, resolve_eps
+from smerge.merge.rtm_params import RTMParams
+from smerge.merge.stats import MergeStats
+
+
+@dataclass(frozen=True)
+class RTMJob:
+    """One RTM merge as given on the command line."""
+
+    a: str
+    b: str | None = None
+    server: str | None = None
+    token_file: str | None = None
+    tls_root_cert: str | None = None
+    output: str | None = None
+    format: str | None = None
+    keys_a: tuple[str, ...] | None = None
+    keys_b: tuple[str, ...] | None = None
+    vars_a: tuple[str, ...] | None = None
+    vars_b: tuple[str, ...] | None = None
+    eps: float | Mapping[str, float] | tuple[float, ...] = 0.0
+    window_size: int = 5000
+    refill: str = "page"
+    with_ids: bool = False
+    nan_keys: str = "error"
+    delta: float | None = None
+    delta_windows: int = 10
+    unmatched: str | None = None
+    stats: str | None = None
+    kappa_max: bool = False
+    overwrite: bool = False
+    batch_rows: int = 131072
+    command: str = ""
+
+
+def _server_source(job: RTMJob):
+    """(client, B's InputSource shim) for a running server."""
+    from smerge.transport.flight_client import IndexClient
+    from smerge.transport.flight_server import read_token_file
+
+    token = read_token_file(job.token_file) if job.token_file else None
+    certs = None
+    if job.tls_root_cert:
+        try:
+            with open(job.tls_root_cert, "rb") as f:
+                certs = f.read()
+        except OSError as e:
+            raise UsageError(f"--tls-root-cert {job.tls_root_cert}: cannot be read ({e.strerror})") from None
+    client = IndexClient(job.server, token=token, tls_root_certs=certs)
+    info = client.info()
+    schema = client.schema()
+    keys = tuple(info["keys"])
+    if job.keys_b and tuple(job.keys_b) != keys:
+        raise UsageError(f"--keys-b {','.join(job.keys_b)} differs from the server's index keys "
+                         f"{','.join(keys)}; rebuild the index with those keys or drop --keys-b")
+    if job.vars_b:
+        missing = [v for v in job.vars_b if v not in schema.names]
+        if missing:
+            raise UsageError(f"--vars-b {', '.join(missing)}: not served; B's columns are {', '.join(schema.names)}")
+        schema = pa.schema([schema.field(c) for c in keys] + [schema.field(v) for v in job.vars_b if v not in keys])
+    src = InputSource(path=job.server, format="flight", schema=schema, keys=keys, num_rows=int(info["count"]),
+                      outer_size=int(info["count"]), inner_size=1,
+                      open_batches=lambda start=0, stop=None: client.stream(list(schema.names)))
+    return client, src
+
+
+def prepare_rtm(job: RTMJob) -> PreparedMerge:
+    """Open A (metadata only), reach B, validate every parameter and output path."""
+    if (job.b is None) == (job.server is None):
+        raise UsageError("give either B (an input to index for this run) or --server URL, not both")
+    if job.server is None and job.token_file:
+        raise UsageError("--token-file is for --server; the embedded server makes its own token")
+    src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+    if not src_a.keys:
+        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+    client = None
+    if job.server is not None:
+        client, src_b = _server_source(job)
+    else:
+        src_b = open_input(job.b, keys=job.keys_b or job.keys_a, variables=job.vars_b, batch_rows=job.batch_rows)
+        if not src_b.keys:
+            raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
+    check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b or job.server)
+    eps = resolve_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a)
+    params = RTMParams(keys=keys, eps=eps, window_size=job.window_size, refill=job.refill, with_ids=job.with_ids,
+                       nan_keys=job.nan_keys, delta=job.delta, delta_windows=job.delta_windows)
+    output = job.output or default_output(job.a, job.b or (client.info()["name"] if client else "b"))
+    fmt = format_for(output, job.format)
+    if fmt == "netcdf" and src_a.grid is None:
+        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
+    check_output_path(output, overwrite=job.overwrite)
+    unmatched = None
+    if job.unmatched:
+        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
+        for p in unmatched:
+            check_output_path(p, overwrite=job.overwrite)
+    if job.stats:
+        check_output_path(job.stats, overwrite=True)
+    for p in (job.a, job.b):
+        if p is not None and os.path.abspath(p) == os.path.abspath(output):
+            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    write_ids = params.with_ids
+    if fmt == "netcdf" and not write_ids:
+        params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
+    out_schema = pair_schema(src_a.schema, src_b.schema, with_ids=params.with_ids)
+    return PreparedMerge(job=job, src_a=src_a, src_b=src_b, params=params, output=output, output_format=fmt,
+                         out_schema=out_schema, write_ids=write_ids, unmatched_paths=unmatched,
+                         extra={"client": client})
+
+
+def _b_keys(client, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """All of B's valid keys and row ids, streamed from the server (for kappa_max)."""
+    ks, rs, pos = [], [], 0
+    for batch in client.stream(list(keys)):
+        k = key_matrix(batch, keys)
+        r = np.arange(pos, pos + batch.num_rows, dtype=np.int64)
+        pos += batch.num_rows
+        ok = ~nan_rows(k)
+        ks.append(k[ok])
+        rs.append(r[ok])
+    if not ks:
+        return np.empty((0, len(keys))), np.empty(0, np.int64)
+    return np.concatenate(ks), np.concatenate(rs)
+
+
+def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, prefetch_depth: int = 4) -> dict:
+    """Run the RTM merge (embedded server or the given one); return the statistics dict."""
+    from smerge.merge.rtm import rtm_merge
+    from smerge.transport import Prefetcher
+
+    t0 = time.perf_counter()
+    job = prep.job
+    client = prep.extra.get("client")
+    server = None
+    build_seconds = 0.0
+    stats = MergeStats("rtm")
+    if client is None:
+        from smerge.index import BIndex
+        from smerge.transport.flight_client import IndexClient
+        from smerge.transport.flight_server import IndexServer, new_token
+
+        tb = time.perf_counter()
+        idx = BIndex.from_source(prep.src_b, nan_keys=prep.params.nan_keys)
+        build_seconds = time.perf_counter() - tb
+        token = new_token()
+        server = IndexServer(idx, host="127.0.0.1", port=0, token=token)
+        server.start_background()
+        client = IndexClient(server.url, token=token)
+    params = prep.params
+    b_records = int(client.info()["count"])
+    out, un_a, un_b = open_outputs(prep)
+    bar = progress(prep.src_a.num_rows, "A records") if progress else None
+    write_seconds = 0.0
+    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    pa_it = Prefetcher(prep.src_a.batches(), prefetch_depth, "smerge-read-a",
+                       on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
+    b_paired = np.zeros(b_records, dtype=np.bool_)
+
+    def sink(side: str, batch: pa.RecordBatch) -> None:
+        nonlocal write_seconds
+        if un_a is not None:
+            t = time.perf_counter()
+            un_a.write(batch)
+            write_seconds += time.perf_counter() - t
+
+    try:
+        kappa_b = (lambda: _b_keys(client, params.keys.b)) if job.kappa_max else None
+        for batch in rtm_merge(pa_it, client, params, schema_a=prep.src_a.schema, schema_b=prep.src_b.schema,
+                               b_records=b_records, stats=stats, unmatched=sink if prep.unmatched_paths else None,
+                               source_a=job.a, b_paired=b_paired, kappa_max_b=kappa_b):
+            t = time.perf_counter()
+            out.write(batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch)
+            write_seconds += time.perf_counter() - t
+        if un_b is not None:
+            pos = 0
+            for batch in client.stream(list(prep.src_b.schema.names)):
+                rows = np.arange(pos, pos + batch.num_rows, dtype=np.int64)
+                pos += batch.num_rows
+                keep = ~b_paired[rows]
+                if keep.any():
+                    sel = batch.filter(pa.array(keep))
+                    if params.with_ids:
+                        sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
+                    t = time.perf_counter()
+                    un_b.write(sel)
+                    write_seconds += time.perf_counter() - t
+        t = time.perf_counter()
+        for w in (out, un_a, un_b):
+            if w is not None:
+                w.commit()
+        write_seconds += time.perf_counter() - t
+    except BaseException:
+        for w in (out, un_a, un_b):
+            if w is not None:
+                w.abort()
+        raise
+    finally:
+        pa_it.close()
+        if bar:
+            bar.close()
+        if server is not None:
+            client.close()
+            server.shutdown()
+    stats.fetch_seconds = pa_it.busy_seconds + stats.extra.get("fetch_b_seconds", 0.0)
+    stats.write_seconds = write_seconds
+    stats.total_seconds = time.perf_counter() - t0
+    stats.extra.update({
+        "fetch_a_seconds": pa_it.busy_seconds, "index_build_seconds": build_seconds,
+        "client_retries": client.retried, "execution": "local",
+        "server": "embedded" if server is not None else job.server,
+        "a": job.a, "b": job.b or job.server, "output": prep.output,
+        "b_unmatched_definition": "B records never paired with any A record (RTM does not consume B)",
+    })
+    result = stats.as_dict()
+    result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
+    if job.stats:
+        write_stats(job.stats, result)
+    return result
+
+
+__all__ = ["RTMJob", "prepare_rtm", "run_rtm"]
