@@ -59,6 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         if not _is_usage_error(e):
             raise
+        if type(e).__name__ == "NoArgsIsHelpError":  # bare `smerge`: the help, as Click prints it
+            print(e.format_message(), file=sys.stderr)
+            return 2
         ctx = getattr(e, "ctx", None)
         name = getattr(ctx, "info_name", None)
         cmd = f" {name}" if name and name != "smerge" else ""
