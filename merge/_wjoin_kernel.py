@@ -1,0 +1,117 @@
+"""Compiled and vectorised hot loops of the W-join (merge/wjoin.py).
+
+``purge_walk`` replays the arrivals of one chunk record by record and applies the purge rule
+of spec section 6 after each one; ``expand_ranges`` / ``bucket_ranges`` turn per-partial-tuple
+candidate ranges into flat (parent, candidate) index arrays for the left-deep expansion.
+Times are int64 (integers, datetimes as ns) or float64; ``NEG``/``POS`` stand for "nothing seen
+yet" and "stream exhausted".
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+INT_NEG = np.iinfo(np.int64).min
+INT_POS = np.iinfo(np.int64).max
+
+
+@nb.njit(cache=True)
+def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, seen,
+               peak, peak_total, neg, pos):
+    """Replay one chunk's arrivals; advance each stream's purge pointer after every arrival.
+
+    ``times_flat[offsets[j]:offsets[j+1]]`` are stream j's buffered+chunk times (sorted);
+    ``base[j]`` of them were buffered before the chunk, ``ptr[j]`` of those already purged.
+    A record y of stream j is dropped once latest[k] - dist[j, k] > t(y) + slack for every
+    k != j (spec: the latest timestamp seen on S_k exceeds t(y) + D_jk). ``final_rank[k]`` is
+    the arrival index of stream k's last record when it falls in this chunk (-1 otherwise);
+    after it, latest[k] = pos. Updates ptr, latest, peak (per stream) in place; returns the
+    new peak of the total.
+    """
+    n = ptr.shape[0]
+    arrived = base.copy()
+    pt = peak_total
+    for a in range(arr_stream.shape[0]):
+        i = arr_stream[a]
+        arrived[i] += 1
+        latest[i] = arr_t[a] if final_rank[i] != a else pos
+        seen[i] = True
+        for j in range(n):
+            # cutoff_j = min_k!=j (latest_k - D_jk); drop the buffered prefix below it
+            cut = pos
+            for k in range(n):
+                if k == j:
+                    continue
+                lk = latest[k]
+                if lk == neg:
+                    c = neg
+                elif lk == pos:
+                    c = pos
+                else:
+                    c = lk - dist[j, k]
+                if c < cut:
+                    cut = c
+            if cut == neg:
+                continue
+            p = ptr[j]
+            hi = arrived[j]
+            o = offsets[j]
+            if cut == pos:
+                p = hi
+            else:
+                while p < hi and times_flat[o + p] + slack < cut:
+                    p += 1
+            ptr[j] = p
+        tot = 0
+        for j in range(n):
+            b = arrived[j] - ptr[j]
+            tot += b
+            if b > peak[j]:
+                peak[j] = b
+        if tot > pt:
+            pt = tot
+    return pt
+
+
+def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flatten ranges [starts[p], ends[p]) into (parent p, candidate index) pairs, vectorised."""
+    counts = np.maximum(ends - starts, 0)
+    total = int(counts.sum())
+    if total == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    parent = np.repeat(np.arange(starts.shape[0], dtype=np.int64), counts)
+    first = np.cumsum(counts) - counts
+    cand = starts[parent] + (np.arange(total, dtype=np.int64) - first[parent])
+    return parent, cand
+
+
+class BucketIndex:
+    """Hash buckets of one stream's buffered+chunk records: position ranges per hash value.
+
+    Records are grouped by hash (stable, so positions stay time-ordered inside a bucket);
+    ``ranges(h, lo, hi)`` returns, per probe, the slice of the sorted order holding the
+    records with hash ``h`` at positions in [lo, hi).
+    """
+
+    def __init__(self, hashes: np.ndarray):
+        n = hashes.shape[0]
+        self.order = np.argsort(hashes, kind="stable").astype(np.int64)
+        sh = hashes[self.order]
+        self.uniq, first = np.unique(sh, return_index=True)
+        code = np.repeat(np.arange(self.uniq.shape[0], dtype=np.int64), np.diff(np.append(first, n)))
+        self.mult = np.int64(n + 1)
+        self.composite = code * self.mult + self.order  # sorted ascending
+
+    def ranges(self, h: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self.uniq.shape[0] == 0:
+            z = np.zeros(h.shape[0], np.int64)
+            return z, z
+        idx = np.searchsorted(self.uniq, h)
+        idx_c = np.minimum(idx, self.uniq.shape[0] - 1)
+        found = self.uniq[idx_c] == h
+        base = idx_c * self.mult
+        s = np.searchsorted(self.composite, base + lo, "left")
+        e = np.searchsorted(self.composite, base + np.maximum(hi, lo), "left")
+        e = np.where(found, e, s)
+        return s.astype(np.int64), e.astype(np.int64)

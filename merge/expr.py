@@ -1,0 +1,366 @@
+"""A safe expression language for W-join predicates (``--where``), evaluated vectorised.
+
+Grammar (a subset of Python/SQL expression syntax, case-insensitive keywords):
+comparisons ``< <= > >= == != = <>`` (chains allowed), arithmetic ``+ - * /`` and unary
+minus, ``and`` / ``or`` / ``not``, ``abs(x)``, numeric / string / boolean literals, and columns
+written ``ALIAS.col`` (``S1.p``, or the alias given to a stream). Text is *parsed* with Python's
+``ast`` module under a strict whitelist of node types and turned into a small tree of our own;
+nothing is ever compiled, evaluated or executed as code.
+
+Semantics are SQL's (the test oracle is DuckDB): NULL propagates through arithmetic and
+comparisons, ``and``/``or``/``not`` use three-valued logic, and a row passes only when the
+predicate is TRUE. ``/`` is floating-point division; division by zero is NULL.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import tokenize
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from smerge.errors import UsageError
+
+CMP_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
+ARITH_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+ALLOWED_FUNCS = ("abs",)
+_PC_CMP = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal, "==": pc.equal,
+           "!=": pc.not_equal}
+_PC_ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply}
+
+
+class ExprError(UsageError):
+    """A --where expression that cannot be accepted (syntax, unknown column, forbidden construct)."""
+
+
+# ---- the tree -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Col:
+    stream: int  # 0-based stream number
+    name: str
+    kind: str  # "num", "str", "bool", "time"
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: object
+    kind: str
+
+
+@dataclass(frozen=True)
+class Neg:
+    x: "Node"
+    kind: str = "num"
+
+
+@dataclass(frozen=True)
+class Abs:
+    x: "Node"
+    kind: str = "num"
+
+
+@dataclass(frozen=True)
+class Arith:
+    op: str
+    left: "Node"
+    right: "Node"
+    kind: str = "num"
+
+
+@dataclass(frozen=True)
+class Cmp:
+    op: str
+    left: "Node"
+    right: "Node"
+    kind: str = "bool"
+
+
+@dataclass(frozen=True)
+class BoolOp:
+    op: str  # "and" | "or"
+    items: tuple["Node", ...]
+    kind: str = "bool"
+
+
+@dataclass(frozen=True)
+class Not:
+    x: "Node"
+    kind: str = "bool"
+
+
+Node = Col | Lit | Neg | Abs | Arith | Cmp | BoolOp | Not
+
+
+def _kind_of(t: pa.DataType) -> str:
+    if pa.types.is_boolean(t):
+        return "bool"
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
+        return "num"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "str"
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return "time"
+    return "other"
+
+
+# ---- parsing --------------------------------------------------------------------------------
+
+def _normalize(text: str) -> str:
+    """SQL spellings to Python tokens: AND/OR/NOT any case, ``=`` -> ``==``, ``<>`` -> ``!=``."""
+    text = text.replace("<>", "!=")
+    text = re.sub(r"(?<![<>!=])=(?!=)", "==", text)
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError) as e:
+        raise ExprError(f"--where: syntax error ({e}); write e.g. \"S1.p > S2.p and abs(S1.t - S2.t) < 5\"") from None
+    out = []
+    prev = None
+    for tok in toks:
+        if tok.type == tokenize.NAME and tok.string.lower() in ("and", "or", "not", "true", "false") and \
+                not (prev is not None and prev.type == tokenize.OP and prev.string == "."):
+            low = tok.string.lower()
+            tok = tok._replace(string={"true": "True", "false": "False"}.get(low, low))
+        out.append(tok)
+        prev = tok
+    return tokenize.untokenize(out)
+
+
+def parse_expr(text: str, aliases: Sequence[str], schemas: Sequence[pa.Schema]) -> Node:
+    """Parse ``text`` into a typed tree; columns resolve against ``aliases``/``schemas``.
+
+    Raises ``ExprError`` (exit code 2) for syntax errors, unknown aliases or columns, attribute
+    access beyond ``ALIAS.col``, calls of anything but ``abs``, and type mismatches.
+    """
+    if not text or not text.strip():
+        raise ExprError("--where is empty; give a predicate such as \"S1.p > S2.p\"")
+    src = _normalize(text.strip())
+    try:
+        tree = ast.parse(src, mode="eval")
+    except SyntaxError as e:
+        raise ExprError(f"--where: syntax error at column {e.offset or '?'} in {text!r}; "
+                        "write e.g. \"S1.p > S2.p and abs(S1.t - S2.t) < 5\"") from None
+    lookup = {a.lower(): i for i, a in enumerate(aliases)}
+    node = _build(tree.body, text, lookup, aliases, schemas)
+    if node.kind != "bool":
+        raise ExprError(f"--where {text!r} is not a condition (it computes a {node.kind} value); "
+                        "compare it, e.g. \"... > 0\"")
+    return node
+
+
+def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas: Sequence[pa.Schema]) -> Node:
+    rec = lambda m: _build(m, text, lookup, aliases, schemas)  # noqa: E731
+    if isinstance(n, ast.Attribute):
+        if not isinstance(n.value, ast.Name):
+            raise ExprError(f"--where: attribute access is not allowed in {text!r}; "
+                            "columns are written ALIAS.column, e.g. S1.p")
+        alias = n.value.id
+        if alias.lower() not in lookup:
+            raise ExprError(f"--where: unknown stream {alias!r}; the streams are {', '.join(aliases)}")
+        s = lookup[alias.lower()]
+        if n.attr not in schemas[s].names:
+            raise ExprError(f"--where: unknown column {alias}.{n.attr}; {aliases[s]} has "
+                            f"{', '.join(schemas[s].names)}")
+        kind = _kind_of(schemas[s].field(n.attr).type)
+        if kind == "other":
+            raise ExprError(f"--where: column {alias}.{n.attr} has type {schemas[s].field(n.attr).type}, "
+                            "which predicates cannot use")
+        return Col(s, n.attr, kind)
+    if isinstance(n, ast.Name):
+        raise ExprError(f"--where: bare name {n.id!r}; qualify columns with their stream, e.g. "
+                        f"{aliases[0]}.{n.id}")
+    if isinstance(n, ast.Constant):
+        v = n.value
+        if isinstance(v, bool):
+            return Lit(v, "bool")
+        if isinstance(v, (int, float)):
+            return Lit(v, "num")
+        if isinstance(v, str):
+            return Lit(v, "str")
+        raise ExprError(f"--where: literal {v!r} is not allowed; use numbers, strings, true/false")
+    if isinstance(n, ast.UnaryOp):
+        x = rec(n.operand)
+        if isinstance(n.op, ast.Not):
+            _need(x, "bool", "not", text)
+            return Not(x)
+        if isinstance(n.op, (ast.USub, ast.UAdd)):
+            _need(x, "num", "unary minus", text)
+            if isinstance(n.op, ast.UAdd):
+                return x
+            if isinstance(x, Lit):
+                return Lit(-x.value, "num")
+            return Neg(x)
+        raise ExprError(f"--where: operator {type(n.op).__name__} is not allowed in {text!r}")
+    if isinstance(n, ast.BinOp):
+        if type(n.op) not in ARITH_OPS:
+            raise ExprError(f"--where: operator {type(n.op).__name__} is not allowed; use + - * /")
+        left, right = rec(n.left), rec(n.right)
+        op = ARITH_OPS[type(n.op)]
+        if left.kind == "time" and right.kind == "time" and op == "-":
+            raise ExprError("--where: arithmetic on datetime columns is not supported; "
+                            "constrain time with --window/--pair-window")
+        _need(left, "num", op, text)
+        _need(right, "num", op, text)
+        return Arith(op, left, right)
+    if isinstance(n, ast.BoolOp):
+        items = tuple(rec(v) for v in n.values)
+        for it in items:
+            _need(it, "bool", "and/or", text)
+        return BoolOp("and" if isinstance(n.op, ast.And) else "or", items)
+    if isinstance(n, ast.Compare):
+        parts = [rec(n.left)] + [rec(c) for c in n.comparators]
+        cmps = []
+        for op, l, r in zip(n.ops, parts, parts[1:]):
+            if type(op) not in CMP_OPS:
+                raise ExprError(f"--where: operator {type(op).__name__} is not allowed; use < <= > >= = !=")
+            if l.kind != r.kind:
+                raise ExprError(f"--where: cannot compare a {l.kind} value with a {r.kind} value in {text!r}")
+            cmps.append(Cmp(CMP_OPS[type(op)], l, r))
+        return cmps[0] if len(cmps) == 1 else BoolOp("and", tuple(cmps))
+    if isinstance(n, ast.Call):
+        fname = n.func.id if isinstance(n.func, ast.Name) else None
+        if fname is None or fname.lower() not in ALLOWED_FUNCS:
+            raise ExprError(f"--where: calls are not allowed except abs(); got {ast.unparse(n.func)}(...)")
+        if len(n.args) != 1 or n.keywords:
+            raise ExprError("--where: abs() takes exactly one argument")
+        x = rec(n.args[0])
+        _need(x, "num", "abs", text)
+        return Abs(x)
+    raise ExprError(f"--where: {type(n).__name__} is not allowed in {text!r}; use comparisons, + - * /, "
+                    "and/or/not, abs() and ALIAS.column")
+
+
+def _need(x: Node, kind: str, what: str, text: str) -> None:
+    if x.kind != kind:
+        raise ExprError(f"--where: {what} needs a {kind} operand, got a {x.kind} value in {text!r}")
+
+
+# ---- analysis -------------------------------------------------------------------------------
+
+def streams_of(node: Node) -> frozenset[int]:
+    """The streams a (sub)expression reads."""
+    if isinstance(node, Col):
+        return frozenset((node.stream,))
+    if isinstance(node, Lit):
+        return frozenset()
+    if isinstance(node, (Neg, Abs, Not)):
+        return streams_of(node.x)
+    if isinstance(node, (Arith, Cmp)):
+        return streams_of(node.left) | streams_of(node.right)
+    return frozenset().union(*(streams_of(i) for i in node.items))
+
+
+def conjuncts(node: Node) -> list[Node]:
+    """Split a top-level conjunction ``a and b and ...`` into its parts."""
+    if isinstance(node, BoolOp) and node.op == "and":
+        out: list[Node] = []
+        for it in node.items:
+            out += conjuncts(it)
+        return out
+    return [node]
+
+
+def equality_terms(node: Node) -> tuple[Col, Col] | None:
+    """``(left, right)`` when ``node`` is ``Si.a == Sj.b`` between two different streams."""
+    if isinstance(node, Cmp) and node.op == "==" and isinstance(node.left, Col) and isinstance(node.right, Col) \
+            and node.left.stream != node.right.stream:
+        return node.left, node.right
+    return None
+
+
+def conjoin(nodes: Sequence[Node]) -> Node | None:
+    nodes = list(nodes)
+    if not nodes:
+        return None
+    return nodes[0] if len(nodes) == 1 else BoolOp("and", tuple(nodes))
+
+
+# ---- vectorised evaluation ------------------------------------------------------------------
+
+def evaluate(node: Node, column: Callable[[int, str], pa.Array], length: int) -> pa.Array:
+    """Evaluate ``node`` over ``length`` rows; ``column(stream, name)`` returns that many values.
+
+    A predicate evaluates to a boolean array with NULL where SQL gives NULL; use ``mask`` to get
+    the rows where it is TRUE.
+    """
+    if isinstance(node, Col):
+        return column(node.stream, node.name)
+    if isinstance(node, Lit):
+        return pa.scalar(node.value)
+    if isinstance(node, Neg):
+        return pc.negate(evaluate(node.x, column, length))
+    if isinstance(node, Abs):
+        return pc.abs(evaluate(node.x, column, length))
+    if isinstance(node, Arith):
+        left, right = evaluate(node.left, column, length), evaluate(node.right, column, length)
+        if node.op == "/":
+            left, right = _f64(left), _f64(right)
+            den = pc.if_else(pc.equal(right, 0.0), pa.scalar(None, pa.float64()), right)
+            return pc.divide(left, den)
+        return _PC_ARITH[node.op](left, right)
+    if isinstance(node, Cmp):
+        left, right = evaluate(node.left, column, length), evaluate(node.right, column, length)
+        return _PC_CMP[node.op](left, right)
+    if isinstance(node, Not):
+        return pc.invert(evaluate(node.x, column, length))
+    vals = [evaluate(i, column, length) for i in node.items]
+    fn = pc.and_kleene if node.op == "and" else pc.or_kleene
+    acc = vals[0]
+    for v in vals[1:]:
+        acc = fn(acc, v)
+    return acc
+
+
+def _f64(x):
+    return pc.cast(x, pa.float64())
+
+
+def mask(node: Node, column: Callable[[int, str], pa.Array], length: int):
+    """A numpy boolean mask of the rows where ``node`` is TRUE (NULL and FALSE drop the row)."""
+    import numpy as np
+
+    v = evaluate(node, column, length)
+    if isinstance(v, pa.Scalar):
+        return np.full(length, bool(v.as_py()) if v.is_valid else False)
+    v = pc.fill_null(v, False)
+    if isinstance(v, pa.ChunkedArray):
+        v = v.combine_chunks()
+    return v.to_numpy(zero_copy_only=False).astype(bool, copy=False)
+
+
+# ---- SQL rendering (the DuckDB oracle and the docs) -----------------------------------------
+
+def to_sql(node: Node, tables: Sequence[str]) -> str:
+    """The same predicate as SQL over tables named ``tables[stream]``."""
+    r = lambda n: to_sql(n, tables)  # noqa: E731
+    if isinstance(node, Col):
+        return f'{tables[node.stream]}."{node.name}"'
+    if isinstance(node, Lit):
+        if isinstance(node.value, bool):
+            return "TRUE" if node.value else "FALSE"
+        if isinstance(node.value, str):
+            return "'" + node.value.replace("'", "''") + "'"
+        return repr(node.value) if isinstance(node.value, float) else str(node.value)
+    if isinstance(node, Neg):
+        return f"(-{r(node.x)})"
+    if isinstance(node, Abs):
+        return f"abs({r(node.x)})"
+    if isinstance(node, Arith):
+        if node.op == "/":
+            return f"(CAST({r(node.left)} AS DOUBLE) / NULLIF(CAST({r(node.right)} AS DOUBLE), 0))"
+        return f"({r(node.left)} {node.op} {r(node.right)})"
+    if isinstance(node, Cmp):
+        op = "=" if node.op == "==" else node.op
+        return f"({r(node.left)} {op} {r(node.right)})"
+    if isinstance(node, Not):
+        return f"(NOT {r(node.x)})"
+    return "(" + f" {node.op.upper()} ".join(r(i) for i in node.items) + ")"
+
+
+__all__ = ["ExprError", "Node", "Col", "Lit", "parse_expr", "streams_of", "conjuncts", "equality_terms", "conjoin",
+           "evaluate", "mask", "to_sql"]

@@ -1,0 +1,649 @@
+"""W-join: multi-way sliding-window join of time-stamped streams (spec section 6, seed 6.2).
+
+``wjoin(streams, schemas, params)`` consumes n >= 2 iterators of ``pyarrow.RecordBatch`` (each
+in non-decreasing time order) and yields record batches of joined n-tuples: every
+(x_1..x_n) with the predicate TRUE and |t(x_i) - t(x_j)| <= w_ij for every constrained pair,
+exactly once, as formed when its last member arrives. Arrival order interleaves the streams
+by timestamp, ties by stream number, then position.
+
+Execution: records are taken from the inputs in *chunks* — everything strictly below the
+smallest last-loaded timestamp of the live streams, so no later record can precede them. The
+arrivals of a chunk are processed as a left-deep pipeline, vectorised over all arrivals of
+one stream at a time: an arrival probes the next stream's buffer (NLW-join: the time period
+allowed by the bounds; HW-join: the hash bucket of its equality key inside that period) and
+only buffer records that arrived *before* it (so each tuple is formed once), then the
+conjuncts of the predicate whose streams are all bound filter the partial tuples. After the
+chunk the purge rule is replayed record by record (``_wjoin_kernel.purge_walk``): a buffered
+record x of S_i is dropped once, for every other stream j, the latest timestamp seen on S_j
+exceeds t(x) + D_ij (D = shortest paths in the graph of window bounds). An exhausted stream
+counts as +infinity (no later record of it can join).
+
+Memory: the buffers (records the rule keeps) plus one chunk of input per stream — never the
+whole stream. ``WJoinStats.peak_buffered`` reports the buffers per arrival as the rule defines
+them; ``peak_held`` the records physically held (buffer + current chunk + read-ahead).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from smerge.errors import InputError, UsageError
+from smerge.merge import expr as X
+from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
+
+DEFAULT_OUTPUT_ROWS = 65536
+METHODS = ("auto", "hash", "nested-loop")
+_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "m": 60 * 10**9, "min": 60 * 10**9,
+             "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
+_DUR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+_ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# ---- parameters -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Duration:
+    """A window bound: ``value`` in ``unit`` ("ns".."w"), or in the time column's own unit (None)."""
+
+    value: float
+    unit: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.value:g}{self.unit or ''}"
+
+
+def parse_duration(text: str | float | int | Duration, what: str = "--window") -> Duration:
+    """``"90s"``, ``"6h"``, ``"2d"``, ``"1.5h"`` or a plain number in the time column's unit."""
+    if isinstance(text, Duration):
+        return text
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        if math.isnan(text) or text < 0:
+            raise UsageError(f"{what} {text} must be a number >= 0")
+        return Duration(float(text))
+    m = _DUR_RE.match(str(text))
+    if not m or (m.group(2) and m.group(2).lower() not in _UNITS_NS):
+        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 6h, 2d (units ns us ms s min h d w) "
+                         "or a plain number in the time column's unit")
+    return Duration(float(m.group(1)), m.group(2).lower() or None)
+
+
+@dataclass(frozen=True)
+class WJoinParams:
+    """Parameters of the W-join (spec section 6), validated at construction.
+
+    ``time``: the time column of each stream (one name for all, or one per stream).
+    ``window``: the uniform bound for every pair (None: only ``pair_windows``).
+    ``pair_windows``: ``(i, j, bound)`` with 0-based stream numbers; ``bound`` None removes the
+    pair's constraint. ``on``: columns joined by equality across all streams; ``where``: a
+    predicate (merge/expr.py). ``method``: "auto" (hash buckets when the equalities cover all
+    streams), "hash" (required) or "nested-loop" (scan the window period).
+    """
+
+    n_streams: int
+    time: tuple[str, ...]
+    window: Duration | None = None
+    pair_windows: tuple[tuple[int, int, Duration | None], ...] = ()
+    on: tuple[str, ...] = ()
+    where: str | None = None
+    aliases: tuple[str, ...] = ()
+    with_ids: bool = False
+    method: str = "auto"
+
+    def __post_init__(self) -> None:
+        n = self.n_streams
+        if n < 2:
+            raise UsageError(f"W-join needs at least 2 streams, got {n}")
+        t = tuple(self.time)
+        if len(t) == 1:
+            t = t * n
+        if len(t) != n or not all(t):
+            raise UsageError(f"--time names {len(self.time)} columns for {n} streams; give one name or one per stream")
+        object.__setattr__(self, "time", t)
+        aliases = tuple(self.aliases) or tuple(f"S{i + 1}" for i in range(n))
+        if len(aliases) != n:
+            raise UsageError(f"--aliases gives {len(aliases)} names for {n} streams")
+        for a in aliases:
+            if not _ALIAS_RE.match(a):
+                raise UsageError(f"alias {a!r} is not a name (letters, digits, _; not starting with a digit)")
+        if len({a.lower() for a in aliases}) != n:
+            raise UsageError(f"aliases {', '.join(aliases)} are not distinct")
+        object.__setattr__(self, "aliases", aliases)
+        if self.window is not None:
+            object.__setattr__(self, "window", parse_duration(self.window))
+        pw = []
+        for i, j, d in self.pair_windows:
+            if not (0 <= i < n and 0 <= j < n) or i == j:
+                raise UsageError(f"--pair-window {i + 1},{j + 1}: stream numbers must be two different values "
+                                 f"in 1..{n}")
+            pw.append((i, j, None if d is None else parse_duration(d, "--pair-window")))
+        object.__setattr__(self, "pair_windows", tuple(pw))
+        if self.method not in METHODS:
+            raise UsageError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
+        if self.window is None and not pw:
+            raise UsageError("no window: give --window DUR (all pairs) and/or --pair-window I,J=DUR")
+        self.constraint_graph()  # connectivity check
+
+    def constraint_graph(self) -> dict[tuple[int, int], Duration]:
+        """The constrained pairs (i < j) and their bounds; raises when they do not connect all streams."""
+        n = self.n_streams
+        g: dict[tuple[int, int], Duration] = {}
+        if self.window is not None:
+            g = {(i, j): self.window for i in range(n) for j in range(i + 1, n)}
+        for i, j, d in self.pair_windows:
+            key = (min(i, j), max(i, j))
+            if d is None:
+                g.pop(key, None)
+            else:
+                g[key] = d
+        comp = {0}
+        frontier = [0]
+        while frontier:
+            u = frontier.pop()
+            for (a, b) in g:
+                for x, y in ((a, b), (b, a)):
+                    if x == u and y not in comp:
+                        comp.add(y)
+                        frontier.append(y)
+        if len(comp) != n:
+            left = [self.aliases[i] for i in range(n) if i not in comp]
+            raise UsageError(
+                f"the window constraints do not connect all streams: {', '.join(left)} "
+                f"{'is' if len(left) == 1 else 'are'} not linked to {self.aliases[0]} by any chain of bounds, so "
+                "their buffers would grow without limit; add --window or --pair-window I,J=DUR")
+        return g
+
+
+def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
+    """A bound in the time representation: int64 ns (datetime), int (integer times) or float."""
+    if kind == "datetime":
+        v = d.value * _UNITS_NS[d.unit] if d.unit else d.value
+        return int(math.floor(v + 1e-9))
+    if d.unit:
+        raise UsageError(f"{what} {d} has a unit but the time column is a plain number; give the bound as a plain "
+                         "number in the time column's unit")
+    if kind == "int":
+        return int(math.floor(d.value + 1e-9))
+    return float(d.value)
+
+
+# ---- statistics -----------------------------------------------------------------------------
+
+@dataclass
+class WJoinStats:
+    aliases: tuple[str, ...] = ()
+    method: str = ""
+    tuples: int = 0
+    records_read: list[int] = field(default_factory=list)
+    peak_buffered: list[int] = field(default_factory=list)
+    peak_buffered_total: int = 0
+    peak_held: list[int] = field(default_factory=list)
+    chunks: int = 0
+    join_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        a = self.aliases
+        d = {
+            "algorithm": "wjoin", "method": self.method, "streams": len(a), "tuples": self.tuples,
+            "records_read": dict(zip(a, self.records_read)), "peak_buffered": dict(zip(a, self.peak_buffered)),
+            "peak_buffered_total": self.peak_buffered_total, "peak_held": dict(zip(a, self.peak_held)),
+            "chunks": self.chunks, "join_seconds": self.join_seconds,
+        }
+        d.update(self.extra)
+        return d
+
+
+# ---- the plan: everything derived from params + schemas, once ------------------------------
+
+def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str]) -> str:
+    kinds = set()
+    for s, c, a in zip(schemas, cols, aliases):
+        if c not in s.names:
+            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time)")
+        t = s.field(c).type
+        if pa.types.is_timestamp(t) or pa.types.is_date(t):
+            kinds.add("datetime")
+        elif pa.types.is_integer(t):
+            kinds.add("int")
+        elif pa.types.is_floating(t):
+            kinds.add("float")
+        else:
+            raise UsageError(f"{a}: time column {c!r} has type {t}; it must be numeric or a datetime")
+    if "datetime" in kinds and len(kinds) > 1:
+        raise UsageError("time columns mix datetimes and plain numbers; use the same kind in every stream")
+    return "datetime" if "datetime" in kinds else ("float" if "float" in kinds else "int")
+
+
+@dataclass
+class _Plan:
+    n: int
+    kind: str
+    wmat: np.ndarray  # direct bounds (inf = none), float64 for checks
+    dist: np.ndarray  # shortest paths, in the time dtype
+    dtype: type
+    predicate: X.Node | None
+    hash_terms: list[list[X.Col]] | None  # per stream: its term of each full equality class
+    orders: list[list[int]]  # per arriving stream: the other streams, in probe order
+    level_conj: list[list[list[X.Node]]]  # [arriving stream][level] -> conjuncts to apply
+    out_schema: pa.Schema
+    out_names: list[list[tuple[str, str]]]  # per stream: (column, output name)
+    id_names: list[str]
+
+
+def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams) -> _Plan:
+    n = params.n_streams
+    if len(schemas) != n:
+        raise UsageError(f"{len(schemas)} schemas for {n} streams")
+    kind = _time_kind(schemas, params.time, params.aliases)
+    g = params.constraint_graph()
+    inf = math.inf
+    w = np.full((n, n), inf)
+    for (i, j), d in g.items():
+        w[i, j] = w[j, i] = resolve_bound(d, kind, f"window {params.aliases[i]},{params.aliases[j]}")
+    np.fill_diagonal(w, 0)
+    dist = w.copy()
+    for k in range(n):  # Floyd-Warshall on <= a handful of streams
+        dist = np.minimum(dist, dist[:, [k]] + dist[[k], :])
+    dtype = np.float64 if kind == "float" else np.int64
+    if dtype is np.int64:
+        dist_t = np.array([[int(min(v, INT_POS // 4)) for v in row] for row in dist], dtype=np.int64)
+    else:
+        dist_t = dist.astype(np.float64)
+    # predicate: --on equalities + --where
+    conj: list[X.Node] = []
+    for c in params.on:
+        for s, a in enumerate(params.aliases):
+            if c not in schemas[s].names:
+                raise UsageError(f"--on {c}: stream {a} has no column {c!r}; it has {', '.join(schemas[s].names)}")
+        text = " and ".join(f"{params.aliases[0]}.{c} == {params.aliases[s]}.{c}" for s in range(1, n))
+        conj += X.conjuncts(X.parse_expr(text, params.aliases, schemas))
+    if params.where:
+        conj += X.conjuncts(X.parse_expr(params.where, params.aliases, schemas))
+    predicate = X.conjoin(conj)
+    hash_terms = _full_classes(conj, n)
+    method = params.method
+    if method == "hash" and hash_terms is None:
+        raise UsageError("HW-join (method hash) needs equalities linking every stream (--on COLS or "
+                         "S1.a = S2.a = ... in --where); none cover all streams")
+    if method == "nested-loop":
+        hash_terms = None
+    orders, level_conj = [], []
+    sets = [X.streams_of(c) for c in conj]
+    for i in range(n):
+        bound, order = [i], []
+        while len(order) < n - 1:
+            rest = [j for j in range(n) if j not in bound]
+            def score(j):
+                closes = sum(1 for s in sets if j in s and s <= set(bound) | {j})
+                return (min(dist[b, j] for b in bound), -closes, j)
+            j = min(rest, key=score)
+            order.append(j)
+            bound.append(j)
+        levels: list[list[X.Node]] = [[] for _ in range(n)]
+        for c, s in zip(conj, sets):
+            lvl = max((bound.index(x) for x in s), default=0)
+            levels[lvl].append(c)
+        orders.append(order)
+        level_conj.append(levels)
+    out_fields, out_names, id_names = [], [], []
+    used = set()
+    for s, a in enumerate(params.aliases):
+        names = []
+        for f in schemas[s]:
+            nm = f"{a}_{f.name}"
+            names.append((f.name, nm))
+            out_fields.append(pa.field(nm, f.type))
+            used.add(nm)
+        out_names.append(names)
+    if params.with_ids:
+        for a in params.aliases:
+            nm = f"{a}_row"
+            while nm in used:
+                nm += "_"
+            used.add(nm)
+            id_names.append(nm)
+            out_fields.append(pa.field(nm, pa.int64()))
+    return _Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
+                 orders=orders, level_conj=level_conj, out_schema=pa.schema(out_fields), out_names=out_names,
+                 id_names=id_names)
+
+
+def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
+    """Equality classes (union of ``Si.a == Sj.b`` conjuncts) that hold a term of every stream."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for c in conj:
+        eq = X.equality_terms(c)
+        if eq:
+            l, r = eq
+            parent[find((l.stream, l.name))] = find((r.stream, r.name))
+    classes: dict = {}
+    kinds: dict = {}
+    for c in conj:
+        eq = X.equality_terms(c)
+        if eq:
+            for t in eq:
+                classes.setdefault(find((t.stream, t.name)), {}).setdefault(t.stream, t)
+                kinds[find((t.stream, t.name))] = t.kind
+    full = [cls for cls in classes.values() if len(cls) == n]
+    if not full:
+        return None
+    return [[cls[s] for cls in full] for s in range(n)]
+
+
+# ---- hashing of equality keys ---------------------------------------------------------------
+
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        x = x ^ (x >> np.uint64(30))
+        x = x * _M1
+        x = x ^ (x >> np.uint64(27))
+        x = x * _M2
+        return x ^ (x >> np.uint64(31))
+
+
+def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
+    """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
+    if kind in ("num", "bool"):
+        v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
+        return _mix(v.view(np.uint64))
+    if kind == "time":
+        v = pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
+        return _mix(v.astype(np.int64).view(np.uint64))
+    import pandas as pd
+
+    v = pc.cast(col, pa.string()).to_numpy(zero_copy_only=False)
+    return pd.util.hash_array(v.astype(object)).astype(np.uint64)
+
+
+def _hash_terms(table: pa.Table, terms: Sequence[X.Col]) -> np.ndarray:
+    h = np.zeros(table.num_rows, np.uint64)
+    with np.errstate(over="ignore"):
+        for t in terms:
+            h = _mix(h * np.uint64(31) + _hash_column(table.column(t.name), t.kind))
+    return h
+
+
+# ---- the engine -----------------------------------------------------------------------------
+
+class _Stream:
+    """One input: its reader, read-ahead (pending) and W-join buffer."""
+
+    def __init__(self, it: Iterable[pa.RecordBatch], schema: pa.Schema, time_col: str, name: str, dtype: type):
+        self.it = iter(it)
+        self.schema = schema
+        self.time_col = time_col
+        self.name = name
+        self.done = False
+        self.rows_read = 0
+        self.last_t = None
+        empty_t = np.empty(0, dtype)
+        self.pend = schema.empty_table()
+        self.pend_t, self.pend_h, self.pend_row = empty_t, np.empty(0, np.uint64), np.empty(0, np.int64)
+        self.buf = schema.empty_table()
+        self.buf_t, self.buf_h, self.buf_row = empty_t, np.empty(0, np.uint64), np.empty(0, np.int64)
+
+
+def _times(col, kind: str, s: _Stream) -> np.ndarray:
+    if col.null_count:
+        row = s.rows_read + int(pc.index(pc.is_null(col), True).as_py())
+        raise InputError(f"{s.name}: time column {s.time_col!r} is missing at row {row}; every record needs a time")
+    if kind == "datetime":
+        return pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+    if kind == "int":
+        return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+    v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+    if np.isnan(v).any():
+        row = s.rows_read + int(np.argmax(np.isnan(v)))
+        raise InputError(f"{s.name}: time column {s.time_col!r} is NaN at row {row}; every record needs a time")
+    return v
+
+
+def wjoin(streams: Sequence[Iterable[pa.RecordBatch]], schemas: Sequence[pa.Schema], params: WJoinParams, *,
+          stats: WJoinStats | None = None, sources: Sequence[str] | None = None,
+          output_rows: int = DEFAULT_OUTPUT_ROWS) -> Iterator[pa.RecordBatch]:
+    """Join n time-ordered streams of record batches; yield batches of ``plan.out_schema``.
+
+    Lazy: input batches are pulled as the join advances; memory holds the W-join buffers plus
+    about one input batch per stream.
+    """
+    plan = make_plan(schemas, params)
+    return _run(plan, streams, schemas, params, stats if stats is not None else WJoinStats(), sources, output_rows)
+
+
+def output_schema(schemas: Sequence[pa.Schema], params: WJoinParams) -> pa.Schema:
+    return make_plan(schemas, params).out_schema
+
+
+def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, sources, output_rows: int):
+    n = plan.n
+    sources = list(sources) if sources else list(params.aliases)
+    st = [_Stream(it, sch, params.time[i], sources[i], plan.dtype) for i, (it, sch) in enumerate(zip(streams, schemas))]
+    stats.aliases = params.aliases
+    stats.method = "hash" if plan.hash_terms is not None else "nested-loop"
+    stats.records_read = [0] * n
+    stats.peak_buffered = [0] * n
+    stats.peak_held = [0] * n
+    neg, pos = (INT_NEG, INT_POS) if plan.dtype is np.int64 else (-np.inf, np.inf)
+    latest = np.full(n, neg, dtype=plan.dtype)
+    t_start = time.perf_counter()
+
+    def load(s: _Stream, i: int) -> None:
+        for batch in s.it:
+            if batch.num_rows == 0:
+                continue
+            tab = pa.Table.from_batches([batch])
+            if tab.schema.names != s.schema.names:
+                tab = tab.select(s.schema.names)
+            if not tab.schema.equals(s.schema):
+                tab = tab.cast(s.schema)
+            t = _times(tab.column(s.time_col), plan.kind, s)
+            prev = s.last_t
+            if (prev is not None and t[0] < prev) or (t.shape[0] > 1 and np.any(t[1:] < t[:-1])):
+                d = np.flatnonzero(np.diff(np.concatenate([[prev if prev is not None else t[0]], t])) < 0)[0]
+                raise InputError(f"{s.name}: time column {s.time_col!r} decreases at row {s.rows_read + d}; "
+                                 "W-join needs every stream in non-decreasing time order (sort it first)")
+            s.last_t = t[-1]
+            h = _hash_terms(tab, plan.hash_terms[i]) if plan.hash_terms is not None else np.empty(0, np.uint64)
+            rows = np.arange(s.rows_read, s.rows_read + tab.num_rows, dtype=np.int64)
+            s.rows_read += tab.num_rows
+            s.pend = pa.concat_tables([s.pend, tab]) if s.pend.num_rows else tab
+            s.pend_t = np.concatenate([s.pend_t, t]) if s.pend_t.shape[0] else t
+            s.pend_h = np.concatenate([s.pend_h, h])
+            s.pend_row = np.concatenate([s.pend_row, rows])
+            return
+        s.done = True
+
+    # prime every stream
+    for i, s in enumerate(st):
+        load(s, i)
+    while True:
+        for i, s in enumerate(st):
+            if s.done and s.pend_t.shape[0] == 0:
+                latest[i] = pos  # exhausted: no later record of it can join
+        live = [s for s in st if not s.done]
+        if live:
+            frontier = min(s.pend_t[-1] for s in live)
+            takes = [int(np.searchsorted(s.pend_t, frontier, "left")) for s in st]
+        else:
+            takes = [s.pend_t.shape[0] for s in st]
+        for i, s in enumerate(st):
+            held = s.buf_t.shape[0] + s.pend_t.shape[0]
+            stats.peak_held[i] = max(stats.peak_held[i], held)
+        if sum(takes):
+            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows)
+            for b in out:
+                stats.tuples += b.num_rows
+                yield b
+        if not live:
+            break
+        for i, s in enumerate(st):
+            if not s.done and (s.pend_t.shape[0] == 0 or s.pend_t[-1] <= frontier):
+                load(s, i)
+    for i, s in enumerate(st):
+        stats.records_read[i] = s.rows_read
+    stats.join_seconds += time.perf_counter() - t_start
+
+
+def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
+           output_rows: int) -> list[pa.RecordBatch]:
+    n = plan.n
+    stats.chunks += 1
+    comb_tab, comb_t, comb_h, comb_row, base = [], [], [], [], np.zeros(n, np.int64)
+    final_rank = np.full(n, -1, np.int64)
+    for i, s in enumerate(st):
+        k = takes[i]
+        base[i] = s.buf_t.shape[0]
+        comb_t.append(np.concatenate([s.buf_t, s.pend_t[:k]]).astype(plan.dtype, copy=False))
+        comb_h.append(np.concatenate([s.buf_h, s.pend_h[:k]]))
+        comb_row.append(np.concatenate([s.buf_row, s.pend_row[:k]]))
+        comb_tab.append(pa.concat_tables([s.buf, s.pend.slice(0, k)]).combine_chunks())
+    # arrival order: by time, then stream number, then position
+    S = np.concatenate([np.full(takes[i], i, np.int64) for i in range(n)])
+    T = np.concatenate([comb_t[i][base[i]:] for i in range(n)])
+    P = np.concatenate([np.arange(takes[i], dtype=np.int64) for i in range(n)])
+    order = np.lexsort((P, S, T))
+    arr_s, arr_t, arr_p = S[order], T[order], P[order]
+    arr_pos = base[arr_s] + arr_p
+    pe = []  # pe[j][a] = records of stream j that arrived before arrival a (buffer end for a)
+    for j in range(n):
+        is_j = arr_s == j
+        pe.append(base[j] + np.cumsum(is_j) - is_j)
+        if st[j].done and takes[j] == st[j].pend_t.shape[0] and takes[j] > 0:
+            final_rank[j] = int(np.flatnonzero(is_j)[-1])
+    slack = 0.0
+    if plan.dtype is np.float64:
+        scale = max(float(np.max(np.abs(T))) if T.shape[0] else 0.0, float(np.max(plan.dist)))
+        slack = 1e-12 * max(scale, 1.0)
+    buckets: list[BucketIndex | None] = [None] * n
+    groups = []
+    for i in range(n):
+        sel = np.flatnonzero(arr_s == i)
+        if sel.shape[0] == 0:
+            continue
+        res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack)
+        if res is not None:
+            groups.append(res)
+    batches: list[pa.RecordBatch] = []
+    if groups:
+        a_idx = np.concatenate([g[0] for g in groups])
+        members = [np.concatenate([g[1][j] for g in groups]) for j in range(n)]
+        if a_idx.shape[0]:
+            o = np.lexsort(tuple(members[j] for j in reversed(range(n))) + (a_idx,))
+            members = [m[o] for m in members]
+            cols = []
+            for j in range(n):
+                idx = pa.array(members[j])
+                for c, _ in plan.out_names[j]:
+                    cols.append(comb_tab[j].column(c).take(idx))
+            for j in range(len(plan.id_names)):
+                cols.append(pa.array(comb_row[j][members[j]]))
+            table = pa.Table.from_arrays(cols, schema=plan.out_schema)
+            batches = table.to_batches(max_chunksize=output_rows)
+    # purge rule, replayed arrival by arrival
+    offsets = np.zeros(n + 1, np.int64)
+    offsets[1:] = np.cumsum([c.shape[0] for c in comb_t])
+    ptr = np.zeros(n, np.int64)
+    peak = np.array(stats.peak_buffered, np.int64)
+    stats.peak_buffered_total = int(purge_walk(
+        arr_s, arr_t.astype(plan.dtype), np.concatenate(comb_t), offsets, base, ptr, latest,
+        plan.dist, plan.dtype(slack), final_rank, np.zeros(n, np.bool_), peak, stats.peak_buffered_total,
+        plan.dtype(neg), plan.dtype(pos)))
+    stats.peak_buffered = [int(x) for x in peak]
+    for i, s in enumerate(st):
+        k, p = takes[i], int(ptr[i])
+        s.buf = comb_tab[i].slice(p)
+        s.buf_t, s.buf_h, s.buf_row = comb_t[i][p:], comb_h[i][p:], comb_row[i][p:]
+        s.pend = s.pend.slice(k)
+        s.pend_t, s.pend_h, s.pend_row = s.pend_t[k:], s.pend_h[k:], s.pend_row[k:]
+    return batches
+
+
+def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack):
+    """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream)."""
+    n = plan.n
+    a_idx = sel
+    mem: dict[int, np.ndarray] = {i: arr_pos[sel]}
+    tim: dict[int, np.ndarray] = {i: comb_t[i][mem[i]]}
+    hashed = plan.hash_terms is not None
+    h = comb_h[i][mem[i]] if hashed else None
+    bound = [i]
+
+    def apply(conjs):
+        nonlocal a_idx, h
+        if not conjs or a_idx.shape[0] == 0:
+            return
+        node = X.conjoin(conjs)
+        m = X.mask(node, lambda s, c: comb_tab[s].column(c).take(pa.array(mem[s])), a_idx.shape[0])
+        keep(m)
+
+    def keep(m):
+        nonlocal a_idx, h
+        a_idx = a_idx[m]
+        for k in mem:
+            mem[k] = mem[k][m]
+            tim[k] = tim[k][m]
+        if h is not None:
+            h = h[m]
+
+    apply(plan.level_conj[i][0])
+    for lvl, j in enumerate(plan.orders[i], start=1):
+        if a_idx.shape[0] == 0:
+            return None
+        lo = hi = None
+        for b in bound:
+            d = plan.dist[b, j]
+            l_, h_ = tim[b] - d - slack, tim[b] + d + slack
+            lo = l_ if lo is None else np.maximum(lo, l_)
+            hi = h_ if hi is None else np.minimum(hi, h_)
+        start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
+        end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
+        if hashed:
+            if buckets[j] is None:
+                buckets[j] = BucketIndex(comb_h[j])
+            s_, e_ = buckets[j].ranges(h, start, end)
+            parent, k = expand_ranges(s_, e_)
+            cand = buckets[j].order[k]
+        else:
+            parent, cand = expand_ranges(start, end)
+        a_idx = a_idx[parent]
+        for kk in mem:
+            mem[kk] = mem[kk][parent]
+            tim[kk] = tim[kk][parent]
+        if h is not None:
+            h = h[parent]
+        mem[j] = cand
+        tim[j] = comb_t[j][cand]
+        if plan.dtype is np.float64:  # exact direct bounds, in the arithmetic SQL uses
+            m = np.ones(a_idx.shape[0], bool)
+            for b in bound:
+                if np.isfinite(plan.wmat[b, j]):
+                    m &= np.abs(tim[j] - tim[b]) <= plan.wmat[b, j]
+            if not m.all():
+                keep(m)
+        bound.append(j)
+        apply(plan.level_conj[i][lvl])
+    if a_idx.shape[0] == 0:
+        return None
+    return a_idx, [mem[j] for j in range(n)]
+
+
+__all__ = ["Duration", "parse_duration", "WJoinParams", "WJoinStats", "resolve_bound", "make_plan", "wjoin",
+           "output_schema", "DEFAULT_OUTPUT_ROWS", "METHODS"]
