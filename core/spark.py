@@ -1,0 +1,440 @@
+"""Spark execution of the CGM merge: the one module (with ``smerge.spark_tasks``) that uses pyspark.
+
+``run_cgm_spark(prep, master=...)`` runs the same engine as ``smerge.jobs.run_local`` inside
+Spark tasks, one task per range of the leading key (see ``smerge.spark_tasks`` for the
+co-partitioning and ownership rule), and returns the same statistics dict.
+
+Flow: (1) a planning job, on the executors, scans both inputs by chunks of the outermost
+dimension: per chunk the count, the range of the leading key, NaN keys and a sample;
+(2) the driver picks P - 1 boundaries from the sample; (3) the merge job runs one task per
+range; every task reads only the chunks that can hold its records, runs the engine and writes
+its final pairs and unmatched records to Arrow part files in a staging directory next to the
+output; seam pairs (with a B record near a boundary) come back to the driver, which keeps at
+most one pair per record; (4) the driver assembles the output atomically (one file, like
+``--local``) and removes the staging directory, also when anything fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import warnings
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import InputError, KeyNaNError, OutputError, SmergeError, UsageError
+from smerge.jobs import PreparedMerge, open_outputs, write_stats
+from smerge.merge import MergeStats
+from smerge.spark_tasks import (ChunkStats, MergePlan, SideSpec, choose_bounds, needed_runs, part_path,
+                                read_ipc_bytes, run_partition, scan_chunks)
+
+DEFAULT_MASTER = "local[*]"
+SMERGE_CONF_PREFIX = "smerge."
+_ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputError)}
+
+# --------------------------------------------------------------------------------------------
+# Session
+
+
+def _quiet_stderr(log_path: str):
+    """Redirect fd 2 to ``log_path`` while the JVM starts (it keeps that stderr for its life)."""
+
+    @contextlib.contextmanager
+    def cm():
+        sys.stderr.flush()
+        saved = os.dup(2)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.dup2(fd, 2)
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+
+    return cm()
+
+
+def spark_log_path() -> str:
+    return os.path.join(tempfile.gettempdir(), f"smerge-spark-{os.getpid()}.log")
+
+
+def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, *, verbose: bool = False,
+                  app_name: str = "smerge"):
+    """A SparkSession for ``master`` with ``conf``; workers run this interpreter.
+
+    Without ``verbose`` the JVM's own log goes to ``spark_log_path()``, not the terminal.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    defaults = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
+    }
+    if master.startswith("local"):
+        defaults["spark.ui.enabled"] = "false"
+    if not verbose:
+        defaults["spark.log.level"] = "ERROR"
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    quiet = contextlib.nullcontext() if verbose else _quiet_stderr(spark_log_path())
+    try:
+        with quiet:
+            spark = builder.getOrCreate()
+    except Exception as e:  # the JVM did not start: say where its log is
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        where = "" if verbose else f"; Spark's log: {spark_log_path()}"
+        raise UsageError(f"cannot start Spark (--master {master}): {msg}{where}; or run with --local") from None
+    if not verbose:
+        spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(Spark settings, smerge settings ``smerge.*``)."""
+    spark_conf, own = {}, {}
+    for k, v in (conf or {}).items():
+        (own if k.startswith(SMERGE_CONF_PREFIX) else spark_conf)[k] = v
+    return spark_conf, own
+
+
+# --------------------------------------------------------------------------------------------
+# Jobs with progress
+
+
+def _run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) -> list:
+    """Run ``rdd_fn()`` (an RDD action) in a thread; the bar counts finished tasks."""
+    group = f"smerge-{uuid.uuid4().hex[:12]}"
+    box: dict = {}
+
+    def work():
+        try:
+            sc.setJobGroup(group, label)
+            box["result"] = rdd_fn()
+        except BaseException as e:  # re-raised in the caller's thread
+            box["error"] = e
+
+    th = threading.Thread(target=work, name="smerge-spark-job", daemon=True)
+    th.start()
+    bar = progress(total, label) if progress else None
+    done = 0
+    try:
+        while th.is_alive():
+            th.join(0.2)
+            if bar is None:
+                continue
+            tracker = sc.statusTracker()
+            now = 0
+            for jid in tracker.getJobIdsForGroup(group):
+                info = tracker.getJobInfo(jid)
+                for sid in (info.stageIds if info else ()):
+                    st = tracker.getStageInfo(sid)
+                    if st is not None:
+                        now += st.numCompletedTasks
+            now = min(now, total)
+            if now > done:
+                bar.update(now - done)
+                done = now
+        if bar is not None and "result" in box and total > done:
+            bar.update(total - done)
+    finally:
+        if bar is not None:
+            bar.close()
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _raise_task_error(err: tuple) -> None:
+    name, msg, column, row = err
+    if name == "KeyNaNError":
+        raise InputError(msg)
+    raise _ERRORS.get(name, SmergeError)(msg)
+
+
+# --------------------------------------------------------------------------------------------
+# Planning
+
+
+def _side_spec(prep: PreparedMerge, side: str) -> SideSpec:
+    src = prep.src_a if side == "a" else prep.src_b
+    job = prep.job
+    variables = job.vars_a if side == "a" else job.vars_b
+    inner = max(int(src.inner_size or 1), 1)
+    step = max(1, job.batch_rows // inner)
+    return SideSpec(path=src.path, keys=tuple(src.keys), variables=tuple(variables) if variables else None,
+                    batch_rows=job.batch_rows, schema=src.schema, step=step, inner=inner, outer=src.outer_size)
+
+
+def _scan_tasks(spec: SideSpec, side: str, groups: int) -> list[tuple[str, int, int | None]]:
+    if spec.outer is None:
+        return [(side, 0, None)]
+    n_chunks = max(1, -(-spec.outer // spec.step))
+    g = max(1, min(groups, n_chunks))
+    edges = [round(i * n_chunks / g) for i in range(g + 1)]
+    return [(side, a, b - 1) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def _scan(item, specs):
+    side, first, last = item
+    try:
+        return scan_chunks(side, specs[side], first, last)
+    except SmergeError as e:
+        return (type(e).__name__, str(e), None, None)
+
+
+# --------------------------------------------------------------------------------------------
+# The run
+
+
+def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, partitions: int | None = None,
+                  conf: dict[str, str] | None = None, progress=None, verbose: bool = False, spark=None) -> dict:
+    """Run the CGM merge of ``prep`` on Spark; return the statistics dict (spec/CLI.md).
+
+    ``spark``: an existing SparkSession (batch runs, tests); otherwise one is started for
+    ``master`` and stopped at the end. ``partitions``: P, the number of key ranges (default:
+    Spark's default parallelism). Settings ``smerge.*`` in ``conf`` are smerge's own (docs/spark.md).
+    """
+    if partitions is not None and partitions < 1:
+        raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
+    spark_conf, own = split_conf(conf)
+    master = master or DEFAULT_MASTER
+    t_session = time.perf_counter()
+    owns_session = spark is None
+    if owns_session:
+        spark = start_session(master, spark_conf, verbose=verbose)
+    session_seconds = time.perf_counter() - t_session
+    try:
+        return _run(prep, spark, partitions, own, progress, session_seconds)
+    finally:
+        if owns_session:
+            with _quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
+                spark.stop()
+
+
+def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress, session_seconds: float) -> dict:
+    t0 = time.perf_counter()
+    sc = spark.sparkContext
+    job = prep.job
+    specs = {"a": _side_spec(prep, "a"), "b": _side_spec(prep, "b")}
+    parts = partitions or max(1, sc.defaultParallelism)
+
+    # (1) planning scan on the executors
+    groups = int(own.get("smerge.plan.groups", max(2, sc.defaultParallelism)))
+    items = _scan_tasks(specs["a"], "a", groups) + _scan_tasks(specs["b"], "b", groups)
+    scanned = _run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
+                       len(items), progress if len(items) > 4 else None, "scan chunks")
+    chunk_stats: dict[str, list[ChunkStats]] = {"a": [], "b": []}
+    for res in scanned:
+        if isinstance(res, tuple):
+            _raise_task_error(res)
+        for st in res:
+            chunk_stats[st.side].append(st)
+    for side in ("a", "b"):
+        chunk_stats[side].sort(key=lambda s: s.chunk)
+    if job.nan_keys == "error":
+        for side, path in (("a", job.a), ("b", job.b)):
+            bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
+            if bad:
+                raise KeyNaNError(bad[0].first_nan_key, bad[0].first_nan_row, path)
+    plan_seconds = time.perf_counter() - t0
+
+    # (2) boundaries of the leading key
+    sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
+    bounds = choose_bounds(sample, parts)
+    P = len(bounds) + 1
+    eps1 = float(prep.params.eps[0])
+    edges = [-np.inf, *bounds, np.inf]
+    runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
+                   for p in range(P))
+    runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
+                               specs["b"].step) for p in range(P))
+
+    # (3) the merge job
+    out_dir = os.path.dirname(os.path.abspath(prep.output))
+    staging = os.path.join(out_dir, f".{os.path.basename(prep.output)}.smerge-spark-{uuid.uuid4().hex[:10]}")
+    try:
+        os.makedirs(staging)
+    except OSError as e:
+        raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") from None
+    kill = own.get("smerge.test.kill_once_partition")
+    plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
+                     eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
+                     want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
+                     kill_once_partition=int(kill) if kill is not None else None)
+    try:
+        t1 = time.perf_counter()
+        results = _run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
+                           P, progress, "merge partitions")
+        job_seconds = time.perf_counter() - t1
+        results.sort(key=lambda r: r["p"])
+        for r in results:
+            if "error" in r:
+                _raise_task_error(r["error"])
+        t2 = time.perf_counter()
+        seam = _resolve_seams(prep, results)
+        _assemble(prep, plan, results, seam)
+        assemble_seconds = time.perf_counter() - t2
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+    stats = MergeStats("cgm")
+    stats.params = prep.params.as_dict()
+    stats.a_records = sum(r["a_records"] for r in results)
+    stats.b_records = sum(r["b_records"] for r in results)
+    stats.matched = sum(r["final_pairs"] for r in results) + seam["kept"]
+    stats.a_unmatched = stats.a_records - stats.matched
+    stats.b_unmatched = stats.b_records - stats.matched
+    stats.a_nan_keys = sum(r["a_nan_keys"] for r in results)
+    stats.b_nan_keys = sum(r["b_nan_keys"] for r in results)
+    stats.passes = sum(r["passes"] for r in results)
+    stats.kappas = [k for r in results for k in r["kappas"]]
+    stats.check_accounting()
+    if job.kappa_max:
+        stats.kappa_max = _kappa_max(sc, plan)
+    stats.fetch_seconds = plan_seconds
+    stats.merge_seconds = sum(r["merge_seconds"] for r in results)
+    stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds
+    stats.total_seconds = time.perf_counter() - t0
+    stats.extra.update({
+        "execution": "spark", "master": sc.master, "partitions": P, "bounds": list(bounds),
+        "session_start_seconds": session_seconds, "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
+        "assemble_seconds": assemble_seconds,
+        "b_shared": sum(r["b_shared_owned"] for r in results),
+        "seam_pairs": seam["total"], "seam_pairs_dropped": seam["total"] - seam["kept"],
+        "partition_pairs": [r["final_pairs"] for r in results],
+        "a": job.a, "b": job.b, "output": prep.output,
+    })
+    result = stats.as_dict()
+    result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
+    if job.stats:
+        write_stats(job.stats, result)
+    return result
+
+
+def _resolve_seams(prep: PreparedMerge, results: list[dict]) -> dict:
+    """Keep at most one seam pair per shared B record: its owner's, else the lowest partition's."""
+    tables, owned, part = [], [], []
+    for r in results:
+        t = read_ipc_bytes(r["seam"])
+        if t is None:
+            continue
+        tables.append(t)
+        owned.append(np.frombuffer(r["seam_owned"], dtype=np.bool_))
+        part.append(np.full(t.num_rows, r["p"], dtype=np.int64))
+    if not tables:
+        return {"total": 0, "kept": 0, "pairs": None, "dropped_a": None, "kept_b": np.empty(0, np.int64)}
+    table = pa.concat_tables(tables)
+    owned_a, part_a = np.concatenate(owned), np.concatenate(part)
+    b_rows = table.column("b_row").to_numpy()
+    idx = np.arange(table.num_rows)
+    order = np.lexsort((idx, part_a, ~owned_a, b_rows))
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = b_rows[order][1:] != b_rows[order][:-1]
+    keep = np.zeros(table.num_rows, dtype=bool)
+    keep[order[first]] = True
+    kept = table.filter(pa.array(keep))  # partition order, then engine order
+    dropped = table.filter(pa.array(~keep))
+    n_a = len(prep.src_a.schema)
+    dropped_a = pa.Table.from_arrays([dropped.column(i) for i in range(n_a)] + [dropped.column("a_row")],
+                                     schema=prep.src_a.schema.append(pa.field("a_row", pa.int64())))
+    return {"total": table.num_rows, "kept": kept.num_rows, "pairs": kept, "dropped_a": dropped_a,
+            "kept_b": kept.column("b_row").to_numpy()}
+
+
+def _read_part(path: str):
+    if not os.path.exists(path):
+        return
+    with pa.memory_map(path) as src:
+        reader = pa.ipc.open_file(src)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.names != schema.names:
+        batch = pa.RecordBatch.from_arrays([batch.column(n) for n in schema.names], schema=schema)
+    return batch
+
+
+def _assemble(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
+    """Write the final outputs atomically from the part files and the kept seam pairs."""
+    out, un_a, un_b = open_outputs(prep)
+    writers = [w for w in (out, un_a, un_b) if w is not None]
+    try:
+        for r in results:
+            for b in _read_part(part_path(plan.staging, "pairs", r["p"])):
+                out.write(_conform(b, out.schema))
+        if seam["pairs"] is not None:
+            for b in seam["pairs"].to_batches():
+                out.write(_conform(b, out.schema))
+        if un_a is not None:
+            for r in results:
+                for b in _read_part(part_path(plan.staging, "ua", r["p"])):
+                    un_a.write(_conform(b, un_a.schema))
+            if seam["dropped_a"] is not None:
+                for b in seam["dropped_a"].to_batches():
+                    un_a.write(_conform(b, un_a.schema))
+        if un_b is not None:
+            for r in results:
+                for b in _read_part(part_path(plan.staging, "ub", r["p"])):
+                    un_b.write(_conform(b, un_b.schema))
+            kept_b = seam["kept_b"]
+            for r in results:
+                t = read_ipc_bytes(r["cand_b"])
+                if t is None:
+                    continue
+                rows = t.column("b_row").to_numpy()
+                t = t.filter(pa.array(~np.isin(rows, kept_b)))
+                for b in t.to_batches():
+                    un_b.write(_conform(b, un_b.schema))
+        for w in writers:
+            w.commit()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+
+
+def _kappa_max(sc, plan: MergePlan) -> float:
+    """kappa_max (spec section 4) computed in one task that reads both inputs' keys."""
+
+    def task(_):
+        from smerge.merge.cgm import kappa_max_pairs
+        from smerge.spark_tasks import key_columns
+
+        out = []
+        for spec in (plan.a, plan.b):
+            src = spec.open()
+            ks, rs, row = [], [], 0
+            for b in src.batches():
+                k = key_columns(b, spec.keys)
+                r = np.arange(row, row + b.num_rows, dtype=np.int64)
+                row += b.num_rows
+                good = ~np.isnan(k).any(axis=1)
+                ks.append(k[good])
+                rs.append(r[good])
+            out.append((np.ascontiguousarray(np.concatenate(ks)) if ks else np.empty((0, len(spec.keys))),
+                        np.concatenate(rs) if rs else np.empty(0, np.int64), row))
+        (ka, ra, na), (kb, rb, _) = out
+        pairs = kappa_max_pairs(ka, ra, kb, rb, plan.params.eps)
+        return [pairs / na if na else 1.0]
+
+    return sc.parallelize([0], 1).flatMap(task).collect()[0]
+
+
+__all__ = ["run_cgm_spark", "start_session", "split_conf", "spark_log_path", "DEFAULT_MASTER"]
