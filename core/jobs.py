@@ -22,7 +22,7 @@ from smerge.errors import OutputError, SmergeError, UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
 from smerge.merge.keys import check_key_compat
 from smerge.merge.output import b_output_names, pair_schema
-from smerge.transport import Prefetcher
+from smerge.transport import BackgroundWriter, Prefetcher
 
 ProgressFactory = Callable[[int | None, str], "Progress"]
 
@@ -172,27 +172,28 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
                        on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
     pb_it = Prefetcher(prep.src_b.batches(), prefetch_depth, "smerge-read-b")
 
+    # Output batches are encoded and written in a background thread (dual buffering on the
+    # output side), in order, while the engine computes the next ones.
+    writer = BackgroundWriter(lambda item: item[0].write(item[1]), prefetch_depth, "smerge-write")
+
     def sink(side: str, batch: pa.RecordBatch) -> None:
-        nonlocal write_seconds
         w = un_a if side == "a" else un_b
         if w is not None:
-            t = time.perf_counter()
-            w.write(batch)
-            write_seconds += time.perf_counter() - t
+            writer.put((w, batch))
 
     try:
         for batch in cgm_merge(pa_it, pb_it, prep.params, schema_a=prep.src_a.schema, schema_b=prep.src_b.schema,
                                stats=stats, unmatched=sink if prep.unmatched_paths else None,
                                source_a=prep.job.a, source_b=prep.job.b, compute_kappa_max=prep.job.kappa_max):
-            t = time.perf_counter()
-            out.write(batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch)
-            write_seconds += time.perf_counter() - t
+            writer.put((out, batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch))
+        writer.close()
         t = time.perf_counter()
         for w in (out, un_a, un_b):
             if w is not None:
                 w.commit()
         write_seconds += time.perf_counter() - t
     except BaseException:
+        writer.cancel()
         for w in (out, un_a, un_b):
             if w is not None:
                 w.abort()
@@ -203,7 +204,7 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
         if bar:
             bar.close()
     stats.fetch_seconds = max(pa_it.busy_seconds, pb_it.busy_seconds)
-    stats.write_seconds = write_seconds
+    stats.write_seconds = write_seconds + writer.busy_seconds
     stats.total_seconds = time.perf_counter() - t0
     stats.extra.update({
         "fetch_a_seconds": pa_it.busy_seconds, "fetch_b_seconds": pb_it.busy_seconds,

@@ -3,6 +3,6 @@
 Only this package imports ``pyarrow.flight`` and threads (STYLE.md convention 2).
 """
 
-from smerge.transport.prefetch import Prefetcher
+from smerge.transport.prefetch import BackgroundWriter, Prefetcher
 
-__all__ = ["Prefetcher"]
+__all__ = ["BackgroundWriter", "Prefetcher"]

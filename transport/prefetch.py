@@ -12,7 +12,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 _END = object()
@@ -88,3 +88,63 @@ class Prefetcher(Iterator[T]):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class BackgroundWriter(Generic[T]):
+    """The output half of dual buffering: ``write(item)`` runs in a daemon thread.
+
+    ``put`` queues an item (blocks while ``depth`` items wait), so the engine computes the next
+    output batch while the previous one is encoded and written (pyarrow's writers release the
+    GIL). Items are written in ``put`` order. An error in ``write`` is re-raised by the next
+    ``put`` or by ``close``; after an error the remaining items are dropped. ``busy_seconds``
+    is the time spent in ``write``.
+    """
+
+    def __init__(self, write: Callable[[T], None], depth: int = 4, name: str = "smerge-write"):
+        self._write = write
+        self._q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+        self._error: BaseException | None = None
+        self._cancel = False
+        self._closed = False
+        self.busy_seconds = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._q.get()
+            if item is _END:
+                return
+            if self._error is not None or self._cancel:
+                continue
+            t0 = time.perf_counter()
+            try:
+                self._write(item)
+            except BaseException as e:  # re-raised in the producer
+                self._error = e
+            finally:
+                self.busy_seconds += time.perf_counter() - t0
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def put(self, item: T) -> None:
+        self._raise()
+        self._q.put(item)
+
+    def close(self) -> None:
+        """Wait until every queued item is written; re-raise a write error."""
+        if not self._closed:
+            self._closed = True
+            self._q.put(_END)
+            self._thread.join()
+        self._raise()
+
+    def cancel(self) -> None:
+        """Drop what is still queued and stop the thread (for error paths); never raises."""
+        self._cancel = True
+        if not self._closed:
+            self._closed = True
+            self._q.put(_END)
+            self._thread.join()
