@@ -138,6 +138,7 @@ def bad_cases(tmp_path, ncar):
     return [
         ("missing file", ["cgm", tmp_path / "nope.nc", T, "--local", *out], "no such file"),
         ("directory", ["cgm", tmp_path, T, "--local", *out], "is a directory"),
+        ("unreadable file", ["cgm", "/proc/self/mem", T, "--local", *out], "cannot be read"),
         ("unsupported format", ["cgm", junk, T, "--local", *out], "not a supported format"),
         ("truncated netCDF", ["cgm", trunc, T, "--local", *out], "truncated"),
         ("unknown key", ["cgm", P, T, "--keys", "timestep,lat,depth", "--local", *out], "depth"),
@@ -160,7 +161,7 @@ def bad_cases(tmp_path, ncar):
     ]
 
 
-@pytest.mark.parametrize("case", range(21))
+@pytest.mark.parametrize("case", range(22))
 def test_bad_input(case, tmp_path, capsys, ncar_dir):
     name, args, needle = bad_cases(tmp_path, ncar_dir)[case]
     before = sorted(os.listdir(tmp_path))
@@ -187,3 +188,12 @@ def test_master_without_spark_module_or_local_runs(ab, tmp_path, capsys):
         assert "--local" in se and not (tmp_path / "o.parquet").exists()
     else:
         assert json.loads(so)["matched"] == 50
+
+
+def test_progress_bar_on_stderr_only_when_asked(ab, tmp_path, capsys):
+    a, b = ab
+    rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--local", "--json", "--progress",
+                         "-o", tmp_path / "p.parquet")
+    assert rc == 0 and json.loads(so)["a_records"] == 100 and "A:" in se and "records" in se
+    rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--local", "--json", "-o", tmp_path / "q.parquet")
+    assert rc == 0 and se == ""  # stderr is not a terminal here: no bar by default
