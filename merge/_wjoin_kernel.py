@@ -17,7 +17,7 @@ INT_POS = np.iinfo(np.int64).max
 
 
 @nb.njit(cache=True)
-def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, seen,
+def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at,
                peak, peak_total, neg, pos):
     """Replay one chunk's arrivals; advance each stream's purge pointer after every arrival.
 
@@ -27,7 +27,8 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
     k != j (spec: the latest timestamp seen on S_k exceeds t(y) + D_jk). ``final_rank[k]`` is
     the arrival index of stream k's last record when it falls in this chunk (-1 otherwise);
     after it, latest[k] = pos. Updates ptr, latest, peak (per stream) in place; returns the
-    new peak of the total.
+    new peak of the total. ``drop_at[offsets[j] + p]`` receives the arrival index after which
+    record p of stream j was dropped (when ``drop_at`` is non-empty).
     """
     n = ptr.shape[0]
     arrived = base.copy()
@@ -36,7 +37,6 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
         i = arr_stream[a]
         arrived[i] += 1
         latest[i] = arr_t[a] if final_rank[i] != a else pos
-        seen[i] = True
         for j in range(n):
             # cutoff_j = min_k!=j (latest_k - D_jk); drop the buffered prefix below it
             cut = pos
@@ -62,6 +62,9 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
             else:
                 while p < hi and times_flat[o + p] + slack < cut:
                     p += 1
+            if drop_at.shape[0] > 0:
+                for q in range(ptr[j], p):
+                    drop_at[o + q] = a
             ptr[j] = p
         tot = 0
         for j in range(n):

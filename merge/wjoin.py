@@ -418,21 +418,23 @@ def _times(col, kind: str, s: _Stream) -> np.ndarray:
 
 def wjoin(streams: Sequence[Iterable[pa.RecordBatch]], schemas: Sequence[pa.Schema], params: WJoinParams, *,
           stats: WJoinStats | None = None, sources: Sequence[str] | None = None,
-          output_rows: int = DEFAULT_OUTPUT_ROWS) -> Iterator[pa.RecordBatch]:
+          output_rows: int = DEFAULT_OUTPUT_ROWS, trace: list | None = None) -> Iterator[pa.RecordBatch]:
     """Join n time-ordered streams of record batches; yield batches of ``plan.out_schema``.
 
     Lazy: input batches are pulled as the join advances; memory holds the W-join buffers plus
-    about one input batch per stream.
+    about one input batch per stream. ``trace`` (diagnostics, tests): a list that receives, per
+    chunk, ``(arrival streams, arrival row ids, [(row ids dropped, arrival index) per stream])``.
     """
     plan = make_plan(schemas, params)
-    return _run(plan, streams, schemas, params, stats if stats is not None else WJoinStats(), sources, output_rows)
+    return _run(plan, streams, schemas, params, stats if stats is not None else WJoinStats(), sources, output_rows,
+                trace)
 
 
 def output_schema(schemas: Sequence[pa.Schema], params: WJoinParams) -> pa.Schema:
     return make_plan(schemas, params).out_schema
 
 
-def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, sources, output_rows: int):
+def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, sources, output_rows: int, trace):
     n = plan.n
     sources = list(sources) if sources else list(params.aliases)
     st = [_Stream(it, sch, params.time[i], sources[i], plan.dtype) for i, (it, sch) in enumerate(zip(streams, schemas))]
@@ -488,7 +490,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
             held = s.buf_t.shape[0] + s.pend_t.shape[0]
             stats.peak_held[i] = max(stats.peak_held[i], held)
         if sum(takes):
-            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows)
+            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows, trace)
             for b in out:
                 stats.tuples += b.num_rows
                 yield b
@@ -503,7 +505,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
 
 
 def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
-           output_rows: int) -> list[pa.RecordBatch]:
+           output_rows: int, trace: list | None = None) -> list[pa.RecordBatch]:
     n = plan.n
     stats.chunks += 1
     comb_tab, comb_t, comb_h, comb_row, base = [], [], [], [], np.zeros(n, np.int64)
@@ -562,10 +564,18 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
     offsets[1:] = np.cumsum([c.shape[0] for c in comb_t])
     ptr = np.zeros(n, np.int64)
     peak = np.array(stats.peak_buffered, np.int64)
+    drop_at = np.full(int(offsets[-1]) if trace is not None else 0, -1, np.int64)
     stats.peak_buffered_total = int(purge_walk(
         arr_s, arr_t.astype(plan.dtype), np.concatenate(comb_t), offsets, base, ptr, latest,
-        plan.dist, plan.dtype(slack), final_rank, np.zeros(n, np.bool_), peak, stats.peak_buffered_total,
+        plan.dist, plan.dtype(slack), final_rank, drop_at, peak, stats.peak_buffered_total,
         plan.dtype(neg), plan.dtype(pos)))
+    if trace is not None:
+        rows = np.array([comb_row[s_][p_] for s_, p_ in zip(arr_s, arr_pos)], np.int64)
+        dropped = []
+        for j in range(n):
+            d = drop_at[offsets[j]:offsets[j + 1]]
+            dropped.append((comb_row[j][d >= 0], d[d >= 0]))
+        trace.append((arr_s.copy(), rows, dropped))
     stats.peak_buffered = [int(x) for x in peak]
     for i, s in enumerate(st):
         k, p = takes[i], int(ptr[i])
