@@ -255,7 +255,13 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
 
     # (2) boundaries of the leading key
     sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
-    bounds = choose_bounds(sample, parts)
+    if own.get("smerge.bounds"):
+        try:
+            bounds = tuple(sorted({float(x) for x in own["smerge.bounds"].split(",") if x.strip()}))
+        except ValueError:
+            raise UsageError(f"--conf smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
+    else:
+        bounds = choose_bounds(sample, parts)
     P = len(bounds) + 1
     eps1 = float(prep.params.eps[0])
     edges = [-np.inf, *bounds, np.inf]
@@ -271,11 +277,11 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
         os.makedirs(staging)
     except OSError as e:
         raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") from None
-    kill = own.get("smerge.test.kill_once_partition")
+    kill, _, marker = own.get("smerge.test.kill_once_partition", "").partition(":")
     plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
                      eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
-                     kill_once_partition=int(kill) if kill is not None else None)
+                     kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
         results = _run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
