@@ -131,7 +131,8 @@ def write_netcdf(path: str, p: GenParams) -> None:
             ds["lat"][:] = lat
             ds["lon"][:] = lon
             vars_ = {v: ds.createVariable(v, "f4", ("time", "lat", "lon")) for v in p.variables}
-            for b in generate(p):
+            # Whole time steps per batch, so that each batch reshapes to (steps, lat, lon).
+            for b in generate(p, batch_rows=p.per_step * max(1, 262144 // p.per_step)):
                 t0 = int(round(b.column("time")[0].as_py() / 6.0))
                 nt = b.num_rows // p.per_step
                 for v, var in vars_.items():
