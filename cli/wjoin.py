@@ -1,0 +1,70 @@
+"""``smerge wjoin S1 S2 [S3 ...]``: multi-way sliding-window join of time-stamped streams."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from typing import Annotated, Optional
+
+import typer
+
+from smerge.cli.cgm import DebugOpt, FormatOpt, JsonOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt
+from smerge.cli.common import emit_stats, progress_enabled, run_guarded, split_list, tqdm_progress
+
+app = typer.Typer(add_completion=False)
+
+
+def wjoin_summary(s: dict) -> str:
+    names = " + ".join(os.path.basename(str(p)) for p in s.get("inputs", []))
+    lines = [f"smerge wjoin ({s['method']}): {names} -> {s.get('output', '')}",
+             f"  tuples    {s['tuples']:,}"]
+    for a in s["records_read"]:
+        lines.append(f"  {a:<9} read {s['records_read'][a]:,}  peak buffered {s['peak_buffered'][a]:,}  "
+                     f"peak held {s['peak_held'][a]:,}")
+    lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  join {s['join_seconds']:.3f}  "
+                 f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
+    return "\n".join(lines)
+
+
+@app.command("wjoin")
+def wjoin(
+    inputs: Annotated[list[str], typer.Argument(help="Two or more time-ordered streams (netCDF, Parquet, CSV, Arrow IPC).")],
+    time: Annotated[str, typer.Option("--time", help="Time column: one name for all streams, or one per stream (t1,t2,..).")],
+    window: Annotated[Optional[str], typer.Option("--window", help="Bound for every pair: 90s, 6h, 2d, or a plain number in the time column's unit.")] = None,
+    pair_window: Annotated[Optional[list[str]], typer.Option("--pair-window", help="Bound for one pair, I,J=DUR (1-based; DUR 'none' removes it). Repeatable; overrides --window.")] = None,
+    on: Annotated[Optional[str], typer.Option("--on", help="Columns equal across all streams (HW-join hash buckets), e.g. lat,lon.")] = None,
+    where: Annotated[Optional[str], typer.Option("--where", help="Predicate over S1.col, S2.col, ...: comparisons, + - * /, and/or/not, abs().")] = None,
+    aliases: Annotated[Optional[str], typer.Option("--aliases", help="Stream names for --where and output prefixes (default S1,S2,..).")] = None,
+    method: Annotated[str, typer.Option("--method", help="auto (hash when equalities link all streams), hash, or nested-loop.")] = "auto",
+    output: OutputOpt = None,
+    format: FormatOpt = None,
+    overwrite: OverwriteOpt = False,
+    with_ids: Annotated[bool, typer.Option("--with-ids", help="Add S1_row, S2_row, .. (0-based row ids in the inputs).")] = False,
+    stats: StatsOpt = None,
+    json_: JsonOpt = False,
+    local: Annotated[bool, typer.Option("--local", help="Run in-process (the only execution for wjoin; accepted for symmetry).")] = False,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Records read per input batch (memory: window + about one batch per stream).")] = 65536,
+    progress: ProgressOpt = None,
+    debug: DebugOpt = False,
+) -> None:
+    """W-join: every n-tuple, one record per stream, within the window bounds and matching the predicate (spec section 6)."""
+
+    def body() -> int:
+        from smerge.errors import UsageError
+        from smerge.wjoin_job import WJoinJob, prepare, run_local
+
+        if batch_rows < 1:
+            raise UsageError("--batch-rows must be >= 1")
+        job = WJoinJob(
+            inputs=tuple(inputs), time=split_list(time) or (), window=window, pair_windows=tuple(pair_window or ()),
+            on=split_list(on) or (), where=where, aliases=split_list(aliases) or (), with_ids=with_ids,
+            method=method, output=output, format=format, overwrite=overwrite, stats=stats, batch_rows=batch_rows,
+            command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
+        )
+        prep = prepare(job)
+        result = run_local(prep, progress=tqdm_progress(progress_enabled(progress)))
+        emit_stats(result, as_json=json_, summary=wjoin_summary)
+        return 0
+
+    run_guarded(body, debug=debug)

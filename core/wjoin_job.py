@@ -1,0 +1,149 @@
+"""W-join jobs: open n inputs, validate everything up front, run the join, write atomically.
+
+``WJoinJob`` is the join as given on the command line; ``prepare`` opens the inputs (metadata
+only; netCDF CF times decoded to ``timestamp[ns]``), builds and validates ``WJoinParams`` and
+the predicate against the schemas, and checks the output path — nothing is written before
+that succeeds. ``run_local`` streams the inputs through ``smerge.merge.wjoin.wjoin`` with one
+background reader per input and writes the tuples as they form.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import pyarrow as pa
+
+from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
+from smerge.errors import OutputError, UsageError
+from smerge.jobs import write_stats
+from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
+from smerge.transport import Prefetcher
+
+
+@dataclass(frozen=True)
+class WJoinJob:
+    """One W-join: input paths, the time column(s), window bounds, predicate, output."""
+
+    inputs: tuple[str, ...]
+    time: tuple[str, ...]
+    window: str | None = None
+    pair_windows: tuple[str, ...] = ()  # "I,J=DUR" (1-based), DUR may be "none"
+    on: tuple[str, ...] = ()
+    where: str | None = None
+    aliases: tuple[str, ...] = ()
+    with_ids: bool = False
+    method: str = "auto"
+    output: str | None = None
+    format: str | None = None
+    overwrite: bool = False
+    stats: str | None = None
+    batch_rows: int = 65536
+    command: str = ""
+
+
+@dataclass
+class PreparedWJoin:
+    job: WJoinJob
+    sources: list[InputSource]
+    params: WJoinParams
+    output: str
+    output_format: str
+    out_schema: pa.Schema
+    extra: dict = field(default_factory=dict)
+
+
+def parse_pair_window(spec: str, n: int) -> tuple[int, int, Duration | None]:
+    """``"1,3=2h"`` -> (0, 2, Duration(2, "h")); ``"1,3=none"`` removes that pair's bound."""
+    pair, sep, dur = spec.partition("=")
+    parts = [p.strip() for p in pair.split(",")]
+    if not sep or len(parts) != 2 or not all(p.isdigit() for p in parts):
+        raise UsageError(f"--pair-window {spec!r} is not I,J=DUR; write e.g. --pair-window 1,3=2h (streams 1..{n})")
+    i, j = int(parts[0]) - 1, int(parts[1]) - 1
+    if not (0 <= i < n and 0 <= j < n) or i == j:
+        raise UsageError(f"--pair-window {spec!r}: stream numbers must be two different values in 1..{n}")
+    if dur.strip().lower() in ("none", "inf", "off"):
+        return i, j, None
+    return i, j, parse_duration(dur.strip(), "--pair-window")
+
+
+def default_output(inputs: Sequence[str]) -> str:
+    stem = lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0]  # noqa: E731
+    return "+".join(stem(p) for p in inputs) + ".parquet"
+
+
+def prepare(job: WJoinJob) -> PreparedWJoin:
+    """Open inputs (metadata only) and validate every parameter, the predicate and the output."""
+    n = len(job.inputs)
+    if n < 2:
+        raise UsageError(f"wjoin needs at least 2 inputs, got {n}")
+    pairs = tuple(parse_pair_window(s, n) for s in job.pair_windows)
+    params = WJoinParams(n_streams=n, time=tuple(job.time), window=job.window, pair_windows=pairs, on=tuple(job.on),
+                         where=job.where, aliases=tuple(job.aliases), with_ids=job.with_ids, method=job.method)
+    sources = [open_input(p, batch_rows=job.batch_rows, decode_times=True) for p in job.inputs]
+    plan = make_plan([s.schema for s in sources], params)  # checks columns, time kinds, predicate
+    output = job.output or default_output(job.inputs)
+    fmt = format_for(output, job.format)
+    if fmt == "netcdf":
+        raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
+    check_output_path(output, overwrite=job.overwrite)
+    if job.stats:
+        check_output_path(job.stats, overwrite=True)
+    for p in job.inputs:
+        if os.path.abspath(p) == os.path.abspath(output):
+            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
+                         out_schema=plan.out_schema)
+
+
+def run_local(prep: PreparedWJoin, *, progress: Callable | None = None, prefetch_depth: int = 2) -> dict:
+    """Run the W-join in this process; return the statistics dict."""
+    t0 = time.perf_counter()
+    stats = WJoinStats()
+    out = open_output(prep.output, prep.out_schema, fmt=prep.output_format, overwrite=prep.job.overwrite)
+    total = sum(s.num_rows or 0 for s in prep.sources) or None
+    bar = progress(total, "input records") if progress else None
+    readers = [Prefetcher(s.batches(), prefetch_depth, f"smerge-read-{i + 1}",
+                          on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
+               for i, s in enumerate(prep.sources)]
+    write_seconds = 0.0
+    try:
+        for batch in wjoin(readers, [s.schema for s in prep.sources], prep.params, stats=stats,
+                           sources=list(prep.job.inputs)):
+            t = time.perf_counter()
+            out.write(batch)
+            write_seconds += time.perf_counter() - t
+        t = time.perf_counter()
+        out.commit()
+        write_seconds += time.perf_counter() - t
+    except BaseException:
+        out.abort()
+        raise
+    finally:
+        for r in readers:
+            r.close()
+        if bar:
+            bar.close()
+    total_seconds = time.perf_counter() - t0
+    fetch = max(r.busy_seconds for r in readers)
+    result = stats.as_dict()
+    p = prep.params
+    result.update({
+        "inputs": list(prep.job.inputs), "output": prep.output, "execution": "local",
+        "fetch_seconds": fetch, "join_seconds": max(stats.join_seconds - write_seconds, 0.0),
+        "write_seconds": write_seconds, "total_seconds": total_seconds,
+        "params": {
+            "time": list(p.time), "window": None if p.window is None else str(p.window),
+            "pair_windows": [[i + 1, j + 1, None if d is None else str(d)] for i, j, d in p.pair_windows],
+            "on": list(p.on), "where": p.where, "aliases": list(p.aliases), "with_ids": p.with_ids,
+            "method": stats.method, "output_format": prep.output_format, "batch_rows": prep.job.batch_rows,
+        },
+    })
+    if prep.job.stats:
+        write_stats(prep.job.stats, result)
+    return result
+
+
+__all__ = ["WJoinJob", "PreparedWJoin", "prepare", "run_local", "parse_pair_window", "default_output"]
