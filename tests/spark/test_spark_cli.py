@@ -1,0 +1,131 @@
+"""`smerge cgm` on Spark as a user runs it: exit codes, quiet stderr, and a real standalone cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pyarrow.parquet as pq
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SMERGE = [sys.executable, "-m", "smerge"]
+
+
+def smerge(*args, cwd, timeout=300):
+    return subprocess.run([*SMERGE, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_cli_spark_run_quiet_with_stats_and_delta(tmp_path, ncar_dir):
+    a, b = os.path.join(ncar_dir, "Pstorm.cdf"), os.path.join(ncar_dir, "Tstorm.cdf")
+    r = smerge("cgm", a, b, "--partitions", "2", "-o", "o.parquet", "--stats", "s.json", "--unmatched", "u",
+               "--eps", "0.01", "--delta", "0.0", "--window", "100", "--increment", "100", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""  # Spark's own log stays off the terminal
+    stats = json.load(open(tmp_path / "s.json"))
+    assert stats["execution"] == "spark" and stats["partitions"] == 2
+    assert stats["matched"] == 76032 and stats["delta_ok"] is True
+    assert "session_start_seconds" in stats and stats["session_start_seconds"] > 0
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 76032
+    assert pq.read_table(tmp_path / "u.a.parquet").num_rows == 0
+    # an existing output without --overwrite: exit 2, one line, before Spark starts
+    r = smerge("cgm", a, b, "-o", "o.parquet", cwd=tmp_path)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "already exists" in r.stderr
+
+
+def test_cli_spark_delta_violation_exits_3(tmp_path):
+    import numpy as np
+    from spark_data import write_stream
+
+    write_stream(tmp_path / "a.parquet", np.arange(100.0))
+    write_stream(tmp_path / "b.parquet", np.arange(100.0) + 0.5)  # half of A's keys within eps=0.3? none
+    r = smerge("cgm", "a.parquet", "b.parquet", "--keys", "k1", "--eps", "0.3", "--partitions", "2", "-o", "o.csv",
+               "--delta", "0.1", "--json", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["delta_ok"] is False and stats["matched"] == 0 and stats["partitions"] == 2
+    assert (tmp_path / "o.csv").read_text().splitlines() == ["\"k1\",\"v\",\"k1_b\",\"v_b\""]
+    r = smerge("cgm", "a.parquet", "b.parquet", "--keys", "k1", "--eps", "0.5", "--partitions", "2", "-o", "p.csv",
+               "--delta", "0.1", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["delta_ok"] is True and stats["matched"] >= 99  # a pair may be lost at the seam
+
+
+def test_cli_bad_input_exit_2_no_output(tmp_path):
+    (tmp_path / "a.csv").write_text("k,v\n1,2\n")
+    r = smerge("cgm", "a.csv", "missing.csv", "--keys", "k", "-o", "o.parquet", cwd=tmp_path)
+    assert r.returncode == 2 and "missing.csv" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(os.listdir(tmp_path)) == ["a.csv"]
+
+
+def _wait(pred, timeout, what):
+    t = time.time()
+    while time.time() - t < timeout:
+        if pred():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _master_json(ui_port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=2) as f:
+            return json.load(f)
+    except OSError:
+        return None
+
+
+def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
+    import pyspark
+
+    spark_home = os.path.dirname(pyspark.__file__)
+    spark_class = os.path.join(spark_home, "bin", "spark-class")
+    port, ui, wui = free_port(), free_port(), free_port()
+    env = dict(os.environ, SPARK_HOME=spark_home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
+               SPARK_LOG_DIR=str(tmp_path), SPARK_WORKER_DIR=str(tmp_path / "work"))
+    log = open(tmp_path / "cluster.log", "w")
+    master = subprocess.Popen([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
+                               "--port", str(port), "--webui-port", str(ui)], env=env, stdout=log, stderr=log)
+    worker = None
+    try:
+        _wait(lambda: _master_json(ui) is not None, 90, "the Spark master")
+        worker = subprocess.Popen([spark_class, "org.apache.spark.deploy.worker.Worker", f"spark://127.0.0.1:{port}",
+                                   "--host", "127.0.0.1", "--cores", "2", "--memory", "2g", "--webui-port", str(wui),
+                                   "--work-dir", str(tmp_path / "work")], env=env, stdout=log, stderr=log)
+        _wait(lambda: (_master_json(ui) or {}).get("aliveworkers", 0) >= 1, 90, "the Spark worker")
+        a, b = os.path.join(ncar_dir, "Pstorm.cdf"), os.path.join(ncar_dir, "Tstorm.cdf")
+        common = ["--eps", "0.01", "--with-ids", "--window", "2000", "--increment", "500"]
+        r = smerge("cgm", a, b, "--local", "-o", "local.parquet", *common, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        r = smerge("cgm", a, b, "--master", f"spark://127.0.0.1:{port}", "--partitions", "2", "-o", "cluster.parquet",
+                   "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g", "--json",
+                   *common, cwd=tmp_path, timeout=400)
+        assert r.returncode == 0, r.stderr + open(tmp_path / "cluster.log").read()[-3000:]
+        stats = json.loads(r.stdout)
+        assert stats["master"] == f"spark://127.0.0.1:{port}" and stats["partitions"] == 2
+        assert pq.read_table(tmp_path / "cluster.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+        # the job really ran on the cluster: the master lists a finished application
+        _wait(lambda: len((_master_json(ui) or {}).get("completedapps", [])) >= 1, 60, "the finished application")
+    finally:
+        for proc in (worker, master):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        log.close()
