@@ -1,0 +1,199 @@
+"""``smerge batch JOBS.toml``: several CGM merges in one Spark session (cron-friendly).
+
+Every job is validated before Spark starts; jobs then run one after another in the same
+session. A job that fails is reported and the others still run. One statistics JSON per job
+(``stats``, default ``<output>.stats.json``) and a summary JSON (``--summary``, default
+``<JOBS>.summary.json``). Exit code: 0 all jobs ok; 3 some job violated its ``delta`` (all
+outputs written); 2 some job failed on bad input/options; 1 some job failed unexpectedly.
+Relative paths in the file are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import tomllib
+from typing import Annotated, Any, Optional
+
+import typer
+
+from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, parse_conf, parse_eps,
+                               progress_enabled, run_guarded, split_list, tqdm_progress)
+from smerge.errors import SmergeError, UsageError
+
+app = typer.Typer(add_completion=False)
+
+JOB_KEYS = {
+    "name": str, "a": str, "b": str, "output": str, "format": str, "keys": (str, list), "keys_b": (str, list),
+    "vars_a": (str, list), "vars_b": (str, list), "eps": (int, float, str, dict), "window": int,
+    "increment": int, "increment_a": int, "increment_b": int, "with_ids": bool, "nan_keys": str,
+    "delta": (int, float), "delta_windows": int, "unmatched": str, "stats": str, "kappa_max": bool,
+    "overwrite": bool, "partitions": int,
+}
+PATH_KEYS = ("a", "b", "output", "unmatched", "stats")
+
+
+def _names(v) -> tuple[str, ...] | None:
+    if v is None:
+        return None
+    return tuple(v) if isinstance(v, list) else split_list(v)
+
+
+def load_jobs(path: str) -> tuple[dict, list[dict]]:
+    """(spark settings, jobs with defaults applied and paths resolved); raises UsageError."""
+    try:
+        with open(path, "rb") as f:
+            doc = tomllib.load(f)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such jobs file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{path}: not valid TOML ({e})") from None
+    unknown = set(doc) - {"spark", "defaults", "job"}
+    if unknown:
+        raise UsageError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}; use [spark], [defaults], [[job]]")
+    spark = dict(doc.get("spark", {}))
+    bad = set(spark) - {"master", "partitions", "conf"}
+    if bad:
+        raise UsageError(f"{path}: [spark] has unknown key(s) {', '.join(sorted(bad))}; use master, partitions, conf")
+    defaults = dict(doc.get("defaults", {}))
+    jobs = doc.get("job", [])
+    if not isinstance(jobs, list) or not jobs:
+        raise UsageError(f"{path}: no [[job]] tables; each job needs at least a = ... and b = ...")
+    base = os.path.dirname(os.path.abspath(path))
+    out = []
+    for i, raw in enumerate(jobs):
+        j = {**defaults, **raw}
+        name = str(j.get("name", f"job{i + 1}"))
+        for k, v in j.items():
+            if k not in JOB_KEYS:
+                raise UsageError(f"{path}: job {name!r} has unknown key {k!r}; known: {', '.join(sorted(JOB_KEYS))}")
+            if not isinstance(v, JOB_KEYS[k]) or (isinstance(v, bool) and JOB_KEYS[k] is int):
+                raise UsageError(f"{path}: job {name!r}: {k} = {v!r} has the wrong type")
+        for k in ("a", "b"):
+            if k not in j:
+                raise UsageError(f"{path}: job {name!r} has no {k!r} (input path)")
+        for k in PATH_KEYS:
+            if k in j and "://" not in j[k]:
+                j[k] = os.path.join(base, os.path.expanduser(j[k]))
+        j["name"] = name
+        out.append(j)
+    names = [j["name"] for j in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise UsageError(f"{path}: job names must be unique; repeated: {', '.join(dup)}")
+    return spark, out
+
+
+def make_job(j: dict[str, Any]):
+    from smerge.jobs import CGMJob, default_output
+
+    output = j.get("output") or os.path.join(os.path.dirname(j["a"]), default_output(j["a"], j["b"]))
+    inc = j.get("increment", 1000)
+    eps = j.get("eps", 0.0)
+    if isinstance(eps, str):
+        eps = parse_eps(eps)
+    return CGMJob(
+        a=j["a"], b=j["b"], output=output, format=j.get("format"), keys_a=_names(j.get("keys")),
+        keys_b=_names(j.get("keys_b")), vars_a=_names(j.get("vars_a")), vars_b=_names(j.get("vars_b")),
+        eps=eps, window_size=j.get("window", 5000), least_increment_a=j.get("increment_a", inc),
+        least_increment_b=j.get("increment_b", inc), with_ids=j.get("with_ids", False),
+        nan_keys=j.get("nan_keys", "error"), delta=j.get("delta"), delta_windows=j.get("delta_windows", 10),
+        unmatched=j.get("unmatched"), stats=j.get("stats") or f"{output}.stats.json",
+        kappa_max=j.get("kappa_max", False), overwrite=j.get("overwrite", False),
+        command=f"smerge batch (job {j['name']})",
+    )
+
+
+@app.command("batch")
+def batch(
+    jobs_file: Annotated[str, typer.Argument(help="TOML file with [spark], [defaults] and [[job]] tables.")],
+    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (overrides [spark] master; default local[*]).")] = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions per job (overrides the file).")] = None,
+    conf: Annotated[Optional[list[str]], typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable; overrides the file).")] = None,
+    local: Annotated[bool, typer.Option("--local", help="Run every job in-process, no JVM.")] = False,
+    summary: Annotated[Optional[str], typer.Option("--summary", help="Summary JSON path (default <JOBS>.summary.json).")] = None,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary JSON instead of one line per job.")] = False,
+    progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Show Spark's own log output.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected errors.")] = False,
+) -> None:
+    """Run several CGM merges from a TOML file in one Spark session; one stats JSON per job."""
+
+    def body() -> int:
+        spark_cfg, jobs = load_jobs(jobs_file)
+        file_conf = spark_cfg.get("conf", {})
+        if not isinstance(file_conf, dict):
+            raise UsageError(f"{jobs_file}: [spark] conf must be a table of KEY = \"VALUE\"")
+        spark_conf = {str(k): str(v) for k, v in file_conf.items()}
+        spark_conf.update(parse_conf(conf))
+        the_master = master or spark_cfg.get("master") or "local[*]"
+        default_parts = partitions or spark_cfg.get("partitions")
+        bar = tqdm_progress(progress_enabled(progress))
+        session = None
+        session_seconds = 0.0
+        records = []
+        try:
+            for j in jobs:
+                rec: dict[str, Any] = {"name": j["name"], "a": j["a"], "b": j["b"]}
+                t = time.perf_counter()
+                try:
+                    from smerge.jobs import prepare, run_local
+
+                    cj = make_job(j)
+                    rec["output"], rec["stats"] = cj.output, cj.stats
+                    prep = prepare(cj)
+                    if local:
+                        result = run_local(prep, progress=bar)
+                    else:
+                        from smerge.spark import run_cgm_spark, split_conf, start_session
+
+                        if session is None:
+                            t0 = time.perf_counter()
+                            session = start_session(the_master, split_conf(spark_conf)[0], verbose=verbose)
+                            session_seconds = time.perf_counter() - t0
+                        result = run_cgm_spark(prep, partitions=j.get("partitions", default_parts),
+                                               conf=spark_conf, progress=bar, spark=session)
+                    rec.update(status="delta_violated" if result.get("delta_ok") is False else "ok",
+                               matched=result["matched"], a_records=result["a_records"],
+                               b_records=result["b_records"], match_pct=result["match_pct"],
+                               delta_ok=result.get("delta_ok"), total_seconds=result["total_seconds"])
+                except SmergeError as e:
+                    rec.update(status="failed", exit_code=e.exit_code, error=str(e))
+                except Exception as e:  # one job's internal error does not stop the others
+                    if debug:
+                        import traceback
+
+                        traceback.print_exc()
+                    msg = str(e).splitlines()[0] if str(e) else ""
+                    rec.update(status="failed", exit_code=EXIT_INTERNAL, error=f"{type(e).__name__}: {msg}")
+                rec.setdefault("total_seconds", time.perf_counter() - t)
+                records.append(rec)
+        finally:
+            if session is not None:
+                session.stop()
+        codes = [r.get("exit_code", 0) for r in records if r["status"] == "failed"]
+        code = (EXIT_INTERNAL if EXIT_INTERNAL in codes else EXIT_USAGE) if codes else (
+            EXIT_DELTA if any(r["status"] == "delta_violated" for r in records) else EXIT_OK)
+        doc = {"jobs_file": os.path.abspath(jobs_file), "execution": "local" if local else "spark",
+               "master": None if local else the_master, "session_start_seconds": session_seconds,
+               "jobs": records, "ok": sum(r["status"] == "ok" for r in records),
+               "delta_violated": sum(r["status"] == "delta_violated" for r in records),
+               "failed": sum(r["status"] == "failed" for r in records), "exit_code": code}
+        from smerge.jobs import write_stats
+
+        write_stats(summary or f"{os.path.splitext(jobs_file)[0]}.summary.json", doc)
+        if json_:
+            typer.echo(json.dumps(doc, indent=2, default=float))
+        else:
+            for r in records:
+                if r["status"] == "failed":
+                    typer.echo(f"{r['name']}: FAILED: {r['error']}")
+                    typer.echo(f"smerge batch: job {r['name']} failed: {r['error']}", err=True)
+                else:
+                    typer.echo(f"{r['name']}: {r['status']}  matched {r['matched']:,} "
+                               f"({r['match_pct']:.2f}% of A)  {r['total_seconds']:.2f} s -> {r['output']}")
+            typer.echo(f"{doc['ok']} ok, {doc['delta_violated']} delta violated, {doc['failed']} failed")
+        return code
+
+    run_guarded(body, debug=debug)

@@ -1,0 +1,108 @@
+"""`smerge batch JOBS.toml`: one session, one stats JSON per job, a summary, failures isolated."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from spark_data import write_stream
+
+SMERGE = [sys.executable, "-m", "smerge"]
+
+
+def run(*args, cwd):
+    return subprocess.run([*SMERGE, *args], cwd=cwd, capture_output=True, text=True, timeout=400)
+
+
+def jobs_file(tmp_path, ncar_dir) -> str:
+    write_stream(tmp_path / "a.parquet", np.arange(100.0))
+    write_stream(tmp_path / "b.parquet", np.arange(100.0) + 0.5)
+    (tmp_path / "jobs.toml").write_text(f'''
+[spark]
+partitions = 2
+conf = {{ "spark.sql.shuffle.partitions" = "4" }}
+
+[defaults]
+window = 2000
+increment = 500
+overwrite = true
+
+[[job]]
+name = "storms"
+a = "{ncar_dir}/Pstorm.cdf"
+b = "{ncar_dir}/Tstorm.cdf"
+output = "out/storms.parquet"
+eps = "lat=0.01,lon=0.01"
+delta = 0.0
+with_ids = true
+
+[[job]]
+name = "missing"
+a = "nope.parquet"
+b = "b.parquet"
+keys = "k1"
+
+[[job]]
+name = "far"
+a = "a.parquet"
+b = "b.parquet"
+keys = ["k1"]
+eps = 0.1
+delta = 0.2
+output = "far.csv"
+stats = "far-stats.json"
+''')
+    os.mkdir(tmp_path / "out")
+    return str(tmp_path / "jobs.toml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", [["--partitions", "2"], ["--local"]])
+def test_batch_runs_every_job_and_reports(tmp_path, ncar_dir, mode):
+    jf = jobs_file(tmp_path, ncar_dir)
+    r = run("batch", jf, *mode, cwd="/")
+    assert r.returncode == 2, r.stderr  # one job failed on bad input; the others completed
+    assert "job missing failed" in r.stderr and "nope.parquet" in r.stderr
+    summary = json.load(open(tmp_path / "jobs.summary.json"))
+    status = {j["name"]: j["status"] for j in summary["jobs"]}
+    assert status == {"storms": "ok", "missing": "failed", "far": "delta_violated"}
+    assert summary["exit_code"] == 2 and summary["failed"] == 1 and summary["delta_violated"] == 1
+    storms = json.load(open(tmp_path / "out/storms.parquet.stats.json"))
+    assert storms["matched"] == 76032 and storms["delta_ok"] is True
+    assert storms["execution"] == ("local" if mode == ["--local"] else "spark")
+    assert pq.read_table(tmp_path / "out/storms.parquet").num_rows == 76032
+    far = json.load(open(tmp_path / "far-stats.json"))
+    assert far["matched"] == 0 and far["delta_ok"] is False
+    assert (tmp_path / "far.csv").exists()
+
+
+@pytest.mark.slow
+def test_batch_delta_only_exits_3(tmp_path, ncar_dir):
+    jf = jobs_file(tmp_path, ncar_dir)
+    text = open(jf).read()
+    start = text.index('[[job]]\nname = "missing"')
+    open(jf, "w").write(text[:start] + text[text.index('[[job]]\nname = "far"'):])
+    r = run("batch", jf, "--local", "--json", cwd=tmp_path)
+    assert r.returncode == 3, r.stderr
+    assert json.loads(r.stdout)["delta_violated"] == 1
+
+
+@pytest.mark.parametrize("body,msg", [
+    ("[[job]]\na = 'x'\n", "no 'b'"),
+    ("[[job]]\na = 'x'\nb = 'y'\nwindw = 3\n", "unknown key 'windw'"),
+    ("[[job]]\na = 'x'\nb = 'y'\nwindow = 'big'\n", "wrong type"),
+    ("[spark]\nmastr = 'local'\n[[job]]\na = 'x'\nb = 'y'\n", "unknown key"),
+    ("[[job]]\nname='j'\na='x'\nb='y'\n[[job]]\nname='j'\na='x'\nb='y'\n", "unique"),
+    ("a = [", "not valid TOML"),
+    ("", "no [[job]]"),
+])
+def test_batch_bad_file_exit_2_before_spark(tmp_path, body, msg):
+    (tmp_path / "j.toml").write_text(body)
+    r = run("batch", "j.toml", cwd=tmp_path)
+    assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "j.summary.json").exists()
