@@ -89,12 +89,37 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
     return parent, cand
 
 
+@nb.njit(cache=True)
+def _bucket_walk(order, gstart, gend, codes, times, lo, hi, pe, out_parent, out_cand, fill):
+    """Walk each probe's bucket from its newest record back to the period start (HW-join probe)."""
+    total = 0
+    for p in range(codes.shape[0]):
+        c = codes[p]
+        if c < 0:
+            continue
+        q = gend[c] - 1
+        g0 = gstart[c]
+        while q >= g0:
+            pos = order[q]
+            q -= 1
+            if pos >= pe[p]:
+                continue  # arrived after the probing record
+            t = times[pos]
+            if t < lo[p]:
+                break
+            if t <= hi[p]:
+                if fill:
+                    out_parent[total] = p
+                    out_cand[total] = pos
+                total += 1
+    return total
+
+
 class BucketIndex:
     """Hash buckets of one stream's buffered+chunk records: position ranges per hash value.
 
     Records are grouped by hash (stable, so positions stay time-ordered inside a bucket);
-    ``ranges(h, lo, hi)`` returns, per probe, the slice of the sorted order holding the
-    records with hash ``h`` at positions in [lo, hi).
+    ``probe`` walks a bucket from its newest record back to the start of the probe's period.
     """
 
     def __init__(self, hashes: np.ndarray):
@@ -102,19 +127,21 @@ class BucketIndex:
         self.order = np.argsort(hashes, kind="stable").astype(np.int64)
         sh = hashes[self.order]
         self.uniq, first = np.unique(sh, return_index=True)
-        code = np.repeat(np.arange(self.uniq.shape[0], dtype=np.int64), np.diff(np.append(first, n)))
-        self.mult = np.int64(n + 1)
-        self.composite = code * self.mult + self.order  # sorted ascending
+        self.gstart = first.astype(np.int64)
+        self.gend = np.append(first[1:], n).astype(np.int64)
 
-    def ranges(self, h: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self.uniq.shape[0] == 0:
-            z = np.zeros(h.shape[0], np.int64)
-            return z, z
-        idx = np.searchsorted(self.uniq, h)
-        idx_c = np.minimum(idx, self.uniq.shape[0] - 1)
-        found = self.uniq[idx_c] == h
-        base = idx_c * self.mult
-        s = np.searchsorted(self.composite, base + lo, "left")
-        e = np.searchsorted(self.composite, base + np.maximum(hi, lo), "left")
-        e = np.where(found, e, s)
-        return s.astype(np.int64), e.astype(np.int64)
+    def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+              pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
+        among the first ``pe`` positions, walking each bucket from its newest record back."""
+        if self.uniq.shape[0] == 0 or h.shape[0] == 0:
+            return np.empty(0, np.int64), np.empty(0, np.int64)
+        idx = np.minimum(np.searchsorted(self.uniq, h), self.uniq.shape[0] - 1)
+        codes = np.where(self.uniq[idx] == h, idx, -1).astype(np.int64)
+        args = (self.order, self.gstart, self.gend, codes, times, lo.astype(times.dtype, copy=False),
+                hi.astype(times.dtype, copy=False), pe.astype(np.int64, copy=False))
+        e = np.empty(0, np.int64)
+        total = _bucket_walk(*args, e, e, False)
+        parent, cand = np.empty(total, np.int64), np.empty(total, np.int64)
+        _bucket_walk(*args, parent, cand, True)
+        return parent, cand

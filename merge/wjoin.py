@@ -623,15 +623,13 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             l_, h_ = tim[b] - d - slack, tim[b] + d + slack
             lo = l_ if lo is None else np.maximum(lo, l_)
             hi = h_ if hi is None else np.minimum(hi, h_)
-        start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
-        end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
         if hashed:
             if buckets[j] is None:
                 buckets[j] = BucketIndex(comb_h[j])
-            s_, e_ = buckets[j].ranges(h, start, end)
-            parent, k = expand_ranges(s_, e_)
-            cand = buckets[j].order[k]
+            parent, cand = buckets[j].probe(h, comb_t[j], lo, hi, pe[j][a_idx])
         else:
+            start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
+            end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
             parent, cand = expand_ranges(start, end)
         a_idx = a_idx[parent]
         for kk in mem:
