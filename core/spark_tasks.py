@@ -60,6 +60,19 @@ class SideSpec:
                               "the file changed during the run, or executors read another copy")
         return src
 
+    def open_keys(self):
+        """The input reduced to its key columns when the format allows it, else the whole input."""
+        from smerge.datasets import open_input
+
+        try:
+            src = open_input(self.path, keys=self.keys, variables=self.keys[:1], batch_rows=self.batch_rows)
+            if tuple(src.schema.names) == tuple(self.keys) and src.num_rows == (
+                    None if self.outer is None else self.outer * self.inner):
+                return src
+        except Exception:  # noqa: BLE001 - e.g. gridded netCDF keys: fall back to the whole input
+            pass
+        return self.open()
+
 
 def key_columns(batch: pa.RecordBatch, keys: tuple[str, ...]) -> np.ndarray:
     return key_matrix(batch, keys)
@@ -84,7 +97,7 @@ class ChunkStats:
 
 def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | None) -> list[ChunkStats]:
     """Read chunks ``first_chunk .. last_chunk`` (None: to the end) of one input; their stats."""
-    src = spec.open()
+    src = spec.open_keys()
     start = first_chunk * spec.step
     stop = None if last_chunk is None else (last_chunk + 1) * spec.step
     chunk_rows = spec.step * spec.inner
