@@ -12,4 +12,8 @@ def run_on_spark(prep, *, master: str, partitions: int | None, conf: dict, progr
         raise UsageError(
             f"Spark execution (--master {master}) is not available yet in this version; run with --local"
         ) from None
+    from smerge.spark import DEFAULT_MASTER, under_spark_submit
+
+    if under_spark_submit() and master == DEFAULT_MASTER:
+        master = None  # use the master and settings that spark-submit configured
     return run_cgm_spark(prep, master=master, partitions=partitions, conf=conf, progress=progress, verbose=verbose)

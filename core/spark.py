@@ -69,23 +69,31 @@ def spark_log_path() -> str:
     return os.path.join(tempfile.gettempdir(), f"smerge-spark-{os.getpid()}.log")
 
 
-def start_session(master: str = DEFAULT_MASTER, conf: dict[str, str] | None = None, *, verbose: bool = False,
-                  app_name: str = "smerge"):
-    """A SparkSession for ``master`` with ``conf``; workers run this interpreter.
+def under_spark_submit() -> bool:
+    """True when this process was launched by spark-submit (its JVM is already running)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
-    Without ``verbose`` the JVM's own log goes to ``spark_log_path()``, not the terminal.
+
+def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | None = None, *, verbose: bool = False,
+                  app_name: str = "smerge"):
+    """A SparkSession for ``master`` (None: the one spark-submit configured) with ``conf``.
+
+    Workers run this interpreter. Without ``verbose`` the JVM's own log goes to
+    ``spark_log_path()``, not the terminal.
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
     defaults = {
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
         "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
     }
-    if master.startswith("local"):
+    if master is not None and master.startswith("local"):
         defaults["spark.ui.enabled"] = "false"
     if not verbose:
         defaults["spark.log.level"] = "ERROR"
@@ -212,7 +220,8 @@ def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, p
     if partitions is not None and partitions < 1:
         raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
     spark_conf, own = split_conf(conf)
-    master = master or DEFAULT_MASTER
+    if master is None and not under_spark_submit():
+        master = DEFAULT_MASTER
     t_session = time.perf_counter()
     owns_session = spark is None
     if owns_session:
@@ -443,4 +452,4 @@ def _kappa_max(sc, plan: MergePlan) -> float:
     return sc.parallelize([0], 1).flatMap(task).collect()[0]
 
 
-__all__ = ["run_cgm_spark", "start_session", "split_conf", "spark_log_path", "DEFAULT_MASTER"]
+__all__ = ["run_cgm_spark", "start_session", "under_spark_submit", "split_conf", "spark_log_path", "DEFAULT_MASTER"]

@@ -1,0 +1,120 @@
+"""Spark execution vs in-process, side by side in one run (BENCHMARKS.md, section "Spark execution").
+
+    .venv/bin/python bench/bench_spark.py [--dir /tmp/smerge-bench] [--records 8000000] [--growth 1e6,4e6,16e6]
+                                          [--repeat 2] [--write]
+
+Every configuration runs the real CLI (`smerge cgm A B --json`) in a fresh process:
+`--local`, `--master local[1]` and `--master local[2]` on the same NCAR-like inputs (`smerge gen`,
+5% randomized, point lists). "job" is the run's `total_seconds` (everything after the Spark
+session is up: planning scan, merge job, output assembly); session start is reported apart.
+The best of `--repeat` runs is kept (the machine is shared; noise only makes runs slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SMERGE = [sys.executable, "-m", "smerge"]
+
+
+def machine() -> str:
+    import pyarrow
+    import pyspark
+
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    mem = int(next(ln.split()[1] for ln in open("/proc/meminfo") if ln.startswith("MemTotal"))) / 2**20
+    return (f"{os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM, Python {platform.python_version()}, "
+            f"pyarrow {pyarrow.__version__}, pyspark {pyspark.__version__}, Java 17")
+
+
+def gen(path: str, records: int, seed: int) -> None:
+    if not os.path.exists(path):
+        subprocess.run([*SMERGE, "gen", path, "--records", str(records), "--randomize", "5", "--seed", str(seed)],
+                       check=True, capture_output=True)
+
+
+def run(a: str, b: str, out: str, mode: list[str]) -> dict:
+    t = time.perf_counter()
+    r = subprocess.run([*SMERGE, "cgm", a, b, "-o", out, "--overwrite", "--json", *mode], capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(mode)} failed: {r.stderr}")
+    s = json.loads(r.stdout)
+    s["wall"] = wall
+    return s
+
+
+def best(a, b, out, mode, repeat) -> dict:
+    runs = [run(a, b, out, mode) for _ in range(repeat)]
+    return min(runs, key=lambda s: s["total_seconds"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", default="/tmp/smerge-bench")
+    ap.add_argument("--records", type=float, default=8e6)
+    ap.add_argument("--growth", default="1e6,4e6,16e6")
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
+    args = ap.parse_args()
+    os.makedirs(args.dir, exist_ok=True)
+    lines = [f"Machine: {machine()}. Reproduce: `.venv/bin/python bench/bench_spark.py --write` "
+             f"(repeat {args.repeat}, best run kept; load average at start {os.getloadavg()[0]:.1f}).", ""]
+
+    n = int(args.records)
+    a, b = (os.path.join(args.dir, f"{s}{n}.nc") for s in ("a", "b"))
+    gen(a, n, 1)
+    gen(b, n, 2)
+    out = os.path.join(args.dir, "out.parquet")
+    res = {name: best(a, b, out, mode, args.repeat) for name, mode in
+           (("--local", ["--local"]), ("local[1]", ["--master", "local[1]"]), ("local[2]", ["--master", "local[2]"]))}
+    loc = res["--local"]["total_seconds"]
+    lines += [f"### {n / 1e6:g}M + {n / 1e6:g}M records (point lists, 5% randomized, eps 0)", "",
+              "| run | job s | vs --local | session start s | plan s | merge job s | assemble s | partitions | matched | process wall s |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, s in res.items():
+        sp = s.get("execution") == "spark"
+        lines.append(f"| {name} | {s['total_seconds']:.2f} | {s['total_seconds'] / loc:.2f}x | "
+                     f"{s.get('session_start_seconds', 0):.2f} | {s.get('plan_seconds', 0):.2f} | "
+                     f"{s.get('spark_job_seconds', 0) if sp else s['merge_seconds']:.2f} | "
+                     f"{s.get('assemble_seconds', 0):.2f} | {s.get('partitions', '-')} | {s['matched']:,} | {s['wall']:.1f} |")
+    sp1, sp2 = res["local[1]"]["total_seconds"], res["local[2]"]["total_seconds"]
+    lines += ["", f"- local[2] vs local[1]: **{sp1 / sp2:.2f}x** faster (target >= 1.6x: "
+              f"{'met' if sp1 / sp2 >= 1.6 else 'missed'}).",
+              f"- local[2] job vs --local: **{sp2 / loc:.2f}x** (target <= 1.5x: {'met' if sp2 / loc <= 1.5 else 'missed'}).",
+              ""]
+
+    sizes = [int(float(x)) for x in args.growth.split(",") if x]
+    if sizes:
+        lines += ["### Cost growth, local[2] (job seconds per million records of A)", "",
+                  "| records per input | --local s | local[2] job s | local[2] us/record | vs smallest |", "|---|---|---|---|---|"]
+        base = None
+        for m in sizes:
+            ga, gb = (os.path.join(args.dir, f"{s}{m}.nc") for s in ("a", "b"))
+            gen(ga, m, 1)
+            gen(gb, m, 2)
+            lo = best(ga, gb, out, ["--local"], args.repeat)
+            s2 = best(ga, gb, out, ["--master", "local[2]"], args.repeat)
+            per = s2["total_seconds"] / m * 1e6
+            base = base or per
+            lines.append(f"| {m / 1e6:g}M | {lo['total_seconds']:.2f} | {s2['total_seconds']:.2f} | {per:.3f} | {per / base:.2f}x |")
+        lines.append("")
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        path = os.path.join(ROOT, "BENCHMARKS.md")
+        doc = open(path).read()
+        begin, end = "<!-- spark: begin -->", "<!-- spark: end -->"
+        i, j = doc.index(begin) + len(begin), doc.index(end)
+        open(path, "w").write(doc[:i] + "\n" + text + "\n" + doc[j:])
+
+
+if __name__ == "__main__":
+    main()
