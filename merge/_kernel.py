@@ -217,40 +217,32 @@ def _skip_matching(wk, i, n, eps):
 
 
 @njit(cache=True, nogil=True)
-def _merge_into(wk, wr, n, newk, newr, order, out_k, out_r):
-    """Stable merge of sorted window ``wk[:n]`` with new records in ``order``; returns size."""
+def _merge_back(wk, wr, n, newk, newr, order):
+    """Stable in-place merge of the new records (sorted by ``order``) into sorted ``wk[:n]``.
+
+    The window has room for them at its end; merging from the back never overwrites a record
+    not yet moved, and records of the window that sort before every new record are not
+    touched at all (the common case for partially sorted streams). Returns the new size.
+    """
     d = wk.shape[1]
-    p = 0
-    q = 0
-    o = 0
     nn = order.shape[0]
-    while p < n and q < nn:
+    p = n - 1
+    q = nn - 1
+    o = n + nn - 1
+    while q >= 0:
         s = order[q]
-        if lex_le(wk, p, wr, newk, s, newr):
+        if p >= 0 and not lex_le(wk, p, wr, newk, s, newr):
             for c in range(d):
-                out_k[o, c] = wk[p, c]
-            out_r[o] = wr[p]
-            p += 1
+                wk[o, c] = wk[p, c]
+            wr[o] = wr[p]
+            p -= 1
         else:
             for c in range(d):
-                out_k[o, c] = newk[s, c]
-            out_r[o] = newr[s]
-            q += 1
-        o += 1
-    while p < n:
-        for c in range(d):
-            out_k[o, c] = wk[p, c]
-        out_r[o] = wr[p]
-        p += 1
-        o += 1
-    while q < nn:
-        s = order[q]
-        for c in range(d):
-            out_k[o, c] = newk[s, c]
-        out_r[o] = newr[s]
-        q += 1
-        o += 1
-    return o
+                wk[o, c] = newk[s, c]
+            wr[o] = newr[s]
+            q -= 1
+        o -= 1
+    return n + nn
 
 
 @njit(cache=True, nogil=True)
@@ -277,7 +269,6 @@ def _compact(wk, wr, n, matched, evict, ev_out, ev_n):
 def cgm_passes(
     st,  # int64[8]: na, nb, a_pos(pending), b_pos(pending), done, passes, pairs_n, ev_a_n / ev_b_n in st2
     wak, war, wbk, wbr,  # windows (capacity N): keys (N, d) float64, rows (N,) int64
-    tak, tar, tbk, tbr,  # scratch windows, same shapes
     pak, par, a_exhausted,  # pending A records (arrival order) and whether A has no more
     pbk, pbr, b_exhausted,
     eps, window_size, inc_a, inc_b,
@@ -317,9 +308,7 @@ def cgm_passes(
             nk = pak[s0:s0 + take_a]
             nr = par[s0:s0 + take_a]
             order = argsort_keys(nk, nr)
-            na = _merge_into(wak, war, na, nk, nr, order, tak, tar)
-            wak[:na, :] = tak[:na, :]
-            war[:na] = tar[:na]
+            na = _merge_back(wak, war, na, nk, nr, order)
             st[2] = s0 + take_a
         take_b = min(need_b, avail_b)
         if take_b > 0:
@@ -327,9 +316,7 @@ def cgm_passes(
             nk = pbk[s0:s0 + take_b]
             nr = pbr[s0:s0 + take_b]
             order = argsort_keys(nk, nr)
-            nb = _merge_into(wbk, wbr, nb, nk, nr, order, tbk, tbr)
-            wbk[:nb, :] = tbk[:nb, :]
-            wbr[:nb] = tbr[:nb]
+            nb = _merge_back(wbk, wbr, nb, nk, nr, order)
             st[3] = s0 + take_b
         st[0] = na
         st[1] = nb

@@ -148,8 +148,8 @@ def cgm_merge(
     B = _Side("b", b_it, schema_b, params.keys.b, b_first_row, params, source_b, compute_kappa_max)
     n, d = params.window_size, len(params.keys.a)
     eps = np.asarray(params.eps, dtype=np.float64)
-    wak, wbk, tak, tbk = (np.empty((n, d), np.float64) for _ in range(4))
-    war, wbr, tar, tbr = (np.empty(n, np.int64) for _ in range(4))
+    wak, wbk = np.empty((n, d), np.float64), np.empty((n, d), np.float64)
+    war, wbr = np.empty(n, np.int64), np.empty(n, np.int64)
     cap = max(params.out_batch_rows, 1) + 2 * n
     pairs_a, pairs_b, ev_a, ev_b = (np.empty(cap, np.int64) for _ in range(4))
     counts = np.zeros(4, np.int64)
@@ -194,7 +194,7 @@ def cgm_merge(
 
     while True:
         status = _kernel.cgm_passes(
-            st, wak, war, wbk, wbr, tak, tar, tbk, tbr,
+            st, wak, war, wbk, wbr,
             A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted,
             eps, n, params.least_increment_a, params.least_increment_b,
             pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb,

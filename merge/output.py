@@ -45,6 +45,25 @@ def pair_batch(schema: pa.Schema, a: pa.RecordBatch, b: pa.RecordBatch,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+def _plain(col: pa.Array) -> bool:
+    t = col.type
+    return col.null_count == 0 and (pa.types.is_floating(t) or pa.types.is_integer(t))
+
+
+def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
+    """``batch.take(pos)``: a zero-copy slice for a consecutive run, numpy for plain numbers."""
+    n = pos.size
+    if n and int(pos[-1]) - int(pos[0]) == n - 1 and (n == 1 or bool((np.diff(pos) == 1).all())):
+        return batch.slice(int(pos[0]), n)
+    cols = []
+    for col in batch.columns:
+        if _plain(col):
+            cols.append(pa.array(col.to_numpy(zero_copy_only=True)[pos], type=col.type))
+        else:
+            cols.append(col.take(pa.array(pos)))
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+
+
 class RowStore:
     """Holds the input batches whose records may still be output, addressed by row id.
 
@@ -85,7 +104,20 @@ class RowStore:
                 sel = seg_of == s
                 pos[sel] = offsets[s] + np.searchsorted(ids, rows[sel])
         if hi - lo == 1:
-            return self._segs[lo][2].take(pa.array(pos - offsets[lo]))
+            return _gather(self._segs[lo][2], pos - offsets[lo])
+        segs = [self._segs[s][2] for s in range(lo, hi)]
+        if all(_plain(c) for b in segs for c in b.columns):
+            masks = [(seg_of == s, s) for s in range(lo, hi)]
+            cols = []
+            for ci, f in enumerate(self.schema):
+                out = None
+                for m, s in masks:
+                    src = self._segs[s][2].column(ci).to_numpy(zero_copy_only=True)
+                    if out is None:
+                        out = np.empty(rows.size, dtype=src.dtype)
+                    out[m] = src[pos[m] - offsets[s]]
+                cols.append(pa.array(out, type=f.type))
+            return pa.RecordBatch.from_arrays(cols, schema=self.schema)
         table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
         taken = table.take(pa.array(pos - offsets[lo])).combine_chunks()
         batches = taken.to_batches()
