@@ -20,7 +20,7 @@ import pyarrow as pa
 from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
 from smerge.errors import OutputError, SmergeError, UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
-from smerge.merge.keys import check_key_compat
+from smerge.merge.keys import check_key_compat, with_keys
 from smerge.merge.output import b_output_names, pair_schema
 from smerge.transport import BackgroundWriter, Prefetcher
 
@@ -168,9 +168,9 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     bar = progress(prep.src_a.num_rows, "A records") if progress else None
     write_seconds = 0.0
     drop_ids = prep.params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
-    pa_it = Prefetcher(prep.src_a.batches(), prefetch_depth, "smerge-read-a",
-                       on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
-    pb_it = Prefetcher(prep.src_b.batches(), prefetch_depth, "smerge-read-b")
+    pa_it = Prefetcher(with_keys(prep.src_a.batches(), prep.params.keys.a), prefetch_depth, "smerge-read-a",
+                       on_item=(lambda kb: bar.update(kb.batch.num_rows)) if bar else None)
+    pb_it = Prefetcher(with_keys(prep.src_b.batches(), prep.params.keys.b), prefetch_depth, "smerge-read-b")
 
     # Output batches are encoded and written in a background thread (dual buffering on the
     # output side), in order, while the engine computes the next ones.

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
-from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
+from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
 from smerge.merge.stats import MergeStats, ReportWindows
@@ -60,8 +60,9 @@ class _Side:
     def pull(self, consumed: int) -> int:
         """Read one more batch into the pending records; returns the new pending offset (0)."""
         t0 = time.perf_counter()
-        batch = next(self.batches, None)
+        item = next(self.batches, None)
         self.wait_seconds += time.perf_counter() - t0
+        batch, k = (item.batch, item.keys) if isinstance(item, KeyedBatch) else (item, None)
         keep_k, keep_r = self.pend_k[consumed:], self.pend_r[consumed:]
         if batch is None:
             self.exhausted = True
@@ -71,7 +72,8 @@ class _Side:
             batch = pa.RecordBatch.from_arrays(list(batch.columns), schema=self.schema) \
                 if batch.schema.names == self.schema.names else batch.cast(self.schema)
         n = batch.num_rows
-        k = key_matrix(batch, self.keys)
+        if k is None:
+            k = key_matrix(batch, self.keys)
         r = np.arange(self.next_row, self.next_row + n, dtype=np.int64)
         bad = nan_rows(k)
         if bad.any():
@@ -124,6 +126,9 @@ def cgm_merge(
     compute_kappa_max: bool = False,
 ) -> Iterator[pa.RecordBatch]:
     """Merge A and B with CGM; yield batches of pairs (spec sections 2-3).
+
+    The inputs yield ``pyarrow.RecordBatch`` (or ``merge.keys.KeyedBatch`` when the key
+    matrix was computed ahead, e.g. by ``with_keys`` in a reader thread).
 
     ``unmatched(side, batch)`` receives the unmatched records of ``"a"`` and ``"b"`` (with
     ``a_row``/``b_row`` when ``params.with_ids``). ``stats`` is filled in as the merge runs

@@ -8,7 +8,7 @@ nanosecond timestamps are compared to about 0.25 microseconds (documented in doc
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -85,3 +85,16 @@ def nan_rows(keys: np.ndarray) -> np.ndarray:
     for c in range(1, keys.shape[1]):
         bad |= np.isnan(keys[:, c])
     return bad
+
+
+class KeyedBatch(NamedTuple):
+    """A record batch with its key matrix computed ahead (e.g. in a reader thread)."""
+
+    batch: pa.RecordBatch
+    keys: np.ndarray
+
+
+def with_keys(batches: Iterable[pa.RecordBatch], keys: Sequence[str]) -> Iterator[KeyedBatch]:
+    """Attach each batch's key matrix; run it inside a reader thread so the engine need not."""
+    for b in batches:
+        yield KeyedBatch(b, key_matrix(b, keys))
