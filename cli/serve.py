@@ -65,7 +65,7 @@ def serve(
             src = open_input(b, keys=split_list(keys), variables=split_list(vars_))
             if not src.keys:
                 raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
-            idx = BIndex.from_source(src, name=name, nan_keys=nan_keys)
+            idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
         server = IndexServer(idx, host=host, port=port, token=token, tls_cert=cert, tls_key=key, max_page=max_page)
         stop = threading.Event()
 

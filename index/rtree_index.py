@@ -13,8 +13,18 @@ so a retried or resumed call — even against a restarted server on the same per
 returns exactly the next records. Boxes are closed; ``lo > hi`` on any key is an empty box;
 ``lo == hi`` is a degenerate box (a point or a hyperplane); +-inf bounds are allowed.
 
-Memory: B's records, keys and ranks are held in memory (O(|B|)); the R-tree may live on disk.
-libspatialindex needs >= 2 dimensions: a 1-key index adds a constant second coordinate.
+Two access paths answer a query, with identical results (tested): B's keys in sort order
+(rank order) are kept column by column, so the records whose *leading* key lies in the query's
+range form one contiguous run of ranks (found by binary search); when that run holds at most
+``scan_max_rows`` records it is scanned in rank order, chunk by chunk, until the page is full
+(already sorted: no sort, and a page costs O(records scanned), not O(query)). Otherwise the
+R-tree answers (its ids are mapped to ranks and sorted; the first page is cached). An
+in-memory R-tree is built on first use (``tree="lazy"``), in a background thread
+(``"background"``) or at once (``"eager"``); a persisted one is always built at once.
+
+Memory: B's records, keys (twice: stored and rank order) and ranks are held in memory
+(O(|B|)); the R-tree may live on disk. libspatialindex needs >= 2 dimensions: a 1-key index
+adds a constant second coordinate.
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +47,9 @@ INDEX_FORMAT_VERSION = 1
 MAX_DIMS = 8
 RESULT_CACHE_ROWS = 8_000_000  # total cached sorted ranks (int64) across queries: 64 MB
 RESULT_CACHE_ENTRIES = 64
+SCAN_MAX_ROWS = 1 << 20  # leading-key runs up to this many records are scanned, larger ones use the R-tree
+SCAN_CHUNK_ROWS = 4096  # first chunk of a scan (doubles while the page is not full)
+TREE_MODES = ("lazy", "background", "eager")
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,8 @@ class BIndex:
     """B's records + an R-tree over their keys + their global sort rank (see module doc)."""
 
     def __init__(self, table: pa.Table, keys: tuple[str, ...], key_matrix: np.ndarray, order: np.ndarray,
-                 tree, *, name: str, nan_keys: int = 0, source: str | None = None):
+                 tree, *, name: str, nan_keys: int = 0, source: str | None = None,
+                 tree_builder: Callable[[], object] | None = None):
         self.table = table
         self.keys = keys
         self.key_matrix = key_matrix
@@ -101,22 +115,28 @@ class BIndex:
         self.rank = np.full(table.num_rows, -1, np.int64)
         self.rank[order] = np.arange(order.size, dtype=np.int64)
         self.tree = tree
+        self._tree_builder = tree_builder  # builds the R-tree on first use when ``tree`` is None
+        self._tree_lock = threading.Lock()
+        self._tree_thread: threading.Thread | None = None
         self.name = name
         self.nan_keys = nan_keys
         self.source = source
+        self.scan_max_rows = SCAN_MAX_ROWS
         self._lock = threading.Lock()  # libspatialindex handles are not safe for concurrent queries
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_rows = 0
-        valid = key_matrix[order] if order.size else np.empty((0, len(keys)))
-        self.bounds_lo = valid.min(axis=0) if order.size else np.zeros(len(keys))
-        self.bounds_hi = valid.max(axis=0) if order.size else np.zeros(len(keys))
+        # keys in rank order, one contiguous column per key (the scan path)
+        self.sorted_cols = [np.ascontiguousarray(key_matrix[order, j]) for j in range(len(keys))]
+        self.bounds_lo = np.array([c.min() if c.size else 0.0 for c in self.sorted_cols], np.float64)
+        self.bounds_hi = np.array([c.max() if c.size else 0.0 for c in self.sorted_cols], np.float64)
 
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
     def build(cls, table: pa.Table, keys: Sequence[str], *, name: str = "b", nan_keys: str = "error",
-              directory: str | None = None, source: str | None = None) -> "BIndex":
-        """Bulk-load the R-tree over ``table``'s keys (in memory, or on disk under ``directory``)."""
+              directory: str | None = None, source: str | None = None, tree: str = "lazy") -> "BIndex":
+        """Index ``table``'s keys: sort order now, the R-tree in memory per ``tree`` (lazy,
+        background or eager; see the module doc) or at once on disk under ``directory``."""
         from smerge.merge.keys import check_keys, key_matrix
 
         keys = tuple(keys)
@@ -135,19 +155,30 @@ class BIndex:
             first = int(np.argmax(bad))
             col = next(c for j, c in enumerate(keys) if np.isnan(km[first, j]))
             raise KeyNaNError(col, first, source)
-        valid_rows = np.nonzero(~bad)[0].astype(np.int64)
-        order = valid_rows[_sort_order(km[valid_rows])]
-        tree = _build_tree(km, valid_rows, directory)
-        return cls(table, keys, km, order, tree, name=name, nan_keys=n_bad, source=source)
+        if tree not in TREE_MODES:
+            raise UsageError(f"tree is {tree!r}; use one of {', '.join(TREE_MODES)}")
+        valid_rows = np.nonzero(~bad)[0].astype(np.int64) if n_bad else np.arange(km.shape[0], dtype=np.int64)
+        order = valid_rows[_sort_order(km[valid_rows])] if n_bad else _sort_order(km)
+        if directory is not None or tree == "eager":
+            idx = cls(table, keys, km, order, _build_tree(km, valid_rows, directory), name=name, nan_keys=n_bad,
+                      source=source)
+        else:
+            idx = cls(table, keys, km, order, None, name=name, nan_keys=n_bad, source=source,
+                      tree_builder=lambda: _build_tree(km, valid_rows, None))
+            if tree == "background":
+                idx._tree_thread = threading.Thread(target=idx.rtree, name="smerge-rtree-build", daemon=True)
+                idx._tree_thread.start()
+        return idx
 
     @classmethod
     def from_source(cls, src, *, name: str | None = None, nan_keys: str = "error",
-                    directory: str | None = None) -> "BIndex":
+                    directory: str | None = None, tree: str = "lazy") -> "BIndex":
         """Read a whole ``smerge.datasets.InputSource`` (loads it all into memory) and index it."""
         batches = list(src.batches())
         table = pa.Table.from_batches(batches, schema=src.schema) if batches else src.schema.empty_table()
         nm = name or os.path.splitext(os.path.basename(str(src.path).rstrip("/")))[0] or "b"
-        return cls.build(table, src.keys, name=nm, nan_keys=nan_keys, directory=directory, source=src.path)
+        return cls.build(table, src.keys, name=nm, nan_keys=nan_keys, directory=directory, source=src.path,
+                         tree=tree)
 
     def save(self, directory: str) -> None:
         """Persist records (Parquet), sort order and metadata; the R-tree must already be on disk there."""
@@ -189,6 +220,17 @@ class BIndex:
         return cls(table, keys, km, order.astype(np.int64), tree, name=meta["name"],
                    nan_keys=int(meta.get("nan_keys", 0)), source=meta.get("source"))
 
+    # -- the R-tree -------------------------------------------------------------------------------
+
+    def rtree(self):
+        """The R-tree, built now if it was left for later (thread-safe; built once)."""
+        if self.tree is None and self._tree_builder is not None:
+            with self._tree_lock:
+                if self.tree is None and self._tree_builder is not None:
+                    self.tree = self._tree_builder()
+                    self._tree_builder = None
+        return self.tree
+
     # -- queries --------------------------------------------------------------------------------
 
     @property
@@ -222,7 +264,7 @@ class BIndex:
         if lo.size == 1:
             lo, hi = np.append(lo, 0.0), np.append(hi, 0.0)
         with self._lock:
-            ids, _ = self.tree.intersection_v(lo.reshape(1, -1), hi.reshape(1, -1))
+            ids, _ = self.rtree().intersection_v(lo.reshape(1, -1), hi.reshape(1, -1))
         return np.asarray(ids, np.int64)
 
     def _sorted_ranks(self, op: str, boxes: Sequence[Box], after: int) -> np.ndarray:
@@ -236,6 +278,42 @@ class BIndex:
             ranks = ranks[np.searchsorted(ranks, after, side="right"):]
         return ranks
 
+    def _leading_run(self, boxes: Sequence[Box], after: int) -> tuple[int, int]:
+        """Ranks [start, end) after ``after`` whose leading key lies in some box's leading range."""
+        live = [b for b in boxes if not b.empty]
+        if not live or self.order.size == 0:
+            return 0, 0
+        first = self.sorted_cols[0]
+        start = int(np.searchsorted(first, min(b.lo[0] for b in live), side="left"))
+        end = int(np.searchsorted(first, max(b.hi[0] for b in live), side="right"))
+        return max(start, after + 1), end
+
+    def _inside(self, box: Box, s: int, e: int, first_col: int) -> np.ndarray:
+        if box.empty:
+            return np.zeros(e - s, np.bool_)
+        m = np.ones(e - s, np.bool_)
+        for j in range(first_col, len(self.keys)):
+            c = self.sorted_cols[j][s:e]
+            m &= (c >= box.lo[j]) & (c <= box.hi[j])
+        return m
+
+    def _scan(self, op: str, boxes: Sequence[Box], start: int, end: int, want: int) -> np.ndarray:
+        """The first ``want`` ranks in [start, end) inside the query, scanning in rank order."""
+        found: list[np.ndarray] = []
+        got, s, chunk = 0, start, max(SCAN_CHUNK_ROWS, 2 * want)
+        while s < end and got < want:
+            e = min(end, s + chunk)
+            if op == "range":  # the leading key is inside the box for every rank of the run
+                m = self._inside(boxes[0], s, e, 1)
+            else:
+                m = self._inside(boxes[0], s, e, 0) ^ self._inside(boxes[1], s, e, 0)
+            hits = np.flatnonzero(m)
+            if hits.size:
+                found.append(hits + s)
+                got += hits.size
+            s, chunk = e, 2 * chunk
+        return np.concatenate(found)[:want] if found else np.empty(0, np.int64)
+
     def _query(self, op: str, boxes: Sequence[Box], limit: int, token: str | None) -> Page:
         for b in boxes:
             self.check_box(b)
@@ -243,6 +321,12 @@ class BIndex:
             raise UsageError(f"limit is {limit}; ask for at least 1 record per page")
         fp = _fingerprint(op, boxes)
         after = parse_token(token, fp)
+        start, end = self._leading_run(boxes, after)
+        if end - start <= self.scan_max_rows:
+            ranks = self._scan(op, boxes, start, end, limit + 1) if end > start else np.empty(0, np.int64)
+            page = ranks[:limit]
+            next_token = f"{int(page[-1])}.{fp}" if ranks.size > limit else None
+            return Page(self.order[page], next_token)
         with self._lock:
             ranks = self._cache.get(fp)
             if ranks is not None:
@@ -286,6 +370,10 @@ class BIndex:
         return s.append(pa.field(ROW_ID_COLUMN, pa.int64(), nullable=False))
 
     def close(self) -> None:
+        if self._tree_thread is not None:
+            self._tree_thread.join()
+            self._tree_thread = None
+        self._tree_builder = None
         if self.tree is not None:
             self.tree.close()
             self.tree = None

@@ -28,6 +28,7 @@ from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats, ReportWindows
 
 UnmatchedSink = Callable[[str, pa.RecordBatch], None]
+FIRST_FETCH_WINDOWS = 4  # page mode: an A window's first request asks for up to this many windows B
 
 
 class RangeSource(Protocol):
@@ -38,22 +39,30 @@ class RangeSource(Protocol):
     def symdiff_query(self, box1: Box, box2: Box, *, limit: int,
                       token: str | None = None) -> tuple[pa.Table, str | None]: ...
 
+    # Optional: ``prefetch(box, limit=...)`` announces the next A window's first range request
+    # (same box and limit, no token) so that a source may start it while this window is swept.
+
 
 class _Fetcher:
-    """Window B for one A window: the first N of range(box_A), then refills (spec step 4)."""
+    """Window B for one A window: the first N of range(box_A), then refills (spec step 4).
+
+    Windows come with their key matrix (computed once per transferred page, not per window).
+    """
 
     def __init__(self, source: RangeSource, box: Box, params: RTMParams, keys_b: tuple[str, ...], clock: list):
         self.source, self.box, self.params, self.keys_b, self.clock = source, box, params, keys_b, clock
         self.n = params.window_size
         self.buf: pa.Table | None = None
+        self.buf_keys: np.ndarray | None = None
         self.pos = 0
         self.token: str | None = None
         self.started = False
-        self.fetch_limit = self.n
+        self.fetch_limit = first_fetch_rows(params)
         self.c_lo: np.ndarray | None = None  # bounding box C of every B record fetched so far
         self.c_hi: np.ndarray | None = None
         self.queries = 0
         self.fetched = 0
+        self.windows = 0
 
     def _timed(self, fn):
         t0 = time.perf_counter()
@@ -63,6 +72,11 @@ class _Fetcher:
             self.clock[0] += time.perf_counter() - t0
             self.queries += 1
 
+    def _keys(self, table: pa.Table) -> np.ndarray:
+        if table.num_rows == 0:
+            return np.empty((0, len(self.keys_b)), np.float64)
+        return np.ascontiguousarray(key_matrix(table, self.keys_b))
+
     def _track(self, keys: np.ndarray) -> None:
         if keys.shape[0] == 0:
             return
@@ -70,36 +84,61 @@ class _Fetcher:
         self.c_lo = lo if self.c_lo is None else np.minimum(self.c_lo, lo)
         self.c_hi = hi if self.c_hi is None else np.maximum(self.c_hi, hi)
 
-    def _page_mode_next(self) -> pa.Table:
+    def _page_mode_next(self) -> tuple[pa.Table, np.ndarray] | None:
         have = 0 if self.buf is None else self.buf.num_rows - self.pos
         if have < self.n and (not self.started or self.token is not None):
             limit = self.fetch_limit
             table, self.token = self._timed(lambda: self.source.range_query(self.box, limit=limit, token=self.token))
+            keys = self._keys(table)
             self.fetched += table.num_rows
             self.started = True
             self.fetch_limit = min(max(self.n, 2 * self.fetch_limit), max(self.n, self.params.fetch_rows))
-            rest = self.buf.slice(self.pos) if self.buf is not None else None
-            self.buf = pa.concat_tables([rest, table]) if rest is not None and rest.num_rows else table
+            if self.buf is not None and have:
+                self.buf = pa.concat_tables([self.buf.slice(self.pos), table])
+                self.buf_keys = np.concatenate([self.buf_keys[self.pos:], keys])
+            else:
+                self.buf, self.buf_keys = table, keys
             self.pos = 0
         if self.buf is None:
             return None
-        out = self.buf.slice(self.pos, self.n)
-        self.pos += out.num_rows
+        out = self.buf.slice(self.pos, self.n), self.buf_keys[self.pos:self.pos + self.n]
+        self.pos += out[0].num_rows
         return out
 
-    def next_window(self) -> pa.Table | None:
-        """The next window B (sorted by key, row id), or an empty table when there is none."""
-        if self.params.refill == "page" or not self.started:
-            if self.params.refill == "page":
-                return self._page_mode_next()
-            table, _ = self._timed(lambda: self.source.range_query(self.box, limit=self.n))
-            self.started = True
+    def next_window(self) -> tuple[pa.Table, np.ndarray] | None:
+        """The next window B (sorted by key, row id) and its keys; an empty or no window when none."""
+        if self.params.refill == "page":
+            out = self._page_mode_next()
         else:
-            c = Box(tuple(self.c_lo.tolist()), tuple(self.c_hi.tolist()))
-            table, _ = self._timed(lambda: self.source.symdiff_query(c, self.box, limit=self.n))
-        self.fetched += table.num_rows
-        self._track(key_matrix(table, self.keys_b))
-        return table
+            if not self.started:
+                table, _ = self._timed(lambda: self.source.range_query(self.box, limit=self.n))
+                self.started = True
+            else:
+                c = Box(tuple(self.c_lo.tolist()), tuple(self.c_hi.tolist()))
+                table, _ = self._timed(lambda: self.source.symdiff_query(c, self.box, limit=self.n))
+            self.fetched += table.num_rows
+            out = table, self._keys(table)
+            self._track(out[1])
+        if out is not None and out[0].num_rows:
+            self.windows += 1
+        return out
+
+
+def first_fetch_rows(params: RTMParams) -> int:
+    """Records asked for by an A window's first range request (page mode: up to 4N, so that most
+    windows need one round trip; symdiff mode: N)."""
+    if params.refill != "page":
+        return params.window_size
+    return max(params.window_size, min(FIRST_FETCH_WINDOWS * params.window_size, params.fetch_rows))
+
+
+def _box_of(k: np.ndarray, eps: np.ndarray) -> Box | None:
+    """box_A: per key [min - eps, max + eps] over the window's non-NaN keys (None: no such key)."""
+    ok = ~nan_rows(k)
+    if not ok.any():
+        return None
+    kk = k if ok.all() else k[ok]
+    return Box(tuple((kk.min(axis=0) - eps).tolist()), tuple((kk.max(axis=0) + eps).tolist()))
 
 
 def _a_windows(batches: Iterator[pa.RecordBatch], schema: pa.Schema, n: int,
@@ -179,12 +218,24 @@ def rtm_merge(
                 batch = batch.append_column("a_row", pa.array(rows, pa.int64()))
             unmatched("a", batch)
 
-    for window in _a_windows(iter(a_batches), schema_a, n, a_wait):
+    prefetch = getattr(source, "prefetch", None)
+    first_limit = first_fetch_rows(params)
+    windows_b = 0
+    it = _a_windows(iter(a_batches), schema_a, n, a_wait)
+    upcoming = next(it, None)
+    upcoming_k = key_matrix(upcoming, params.keys.a) if upcoming is not None else None
+    while upcoming is not None:
+        window, k = upcoming, upcoming_k
+        upcoming = next(it, None)  # read one A window ahead: its first query overlaps this sweep
+        upcoming_k = key_matrix(upcoming, params.keys.a) if upcoming is not None else None
+        if prefetch is not None and upcoming is not None:
+            nbox = _box_of(upcoming_k, eps)
+            if nbox is not None:
+                prefetch(nbox, limit=first_limit)
         windows += 1
         w = window.num_rows
         rows = np.arange(next_row, next_row + w, dtype=np.int64)
         next_row += w
-        k = key_matrix(window, params.keys.a)
         bad = nan_rows(k)
         pos = np.arange(w, dtype=np.int64)
         if bad.any():
@@ -204,11 +255,11 @@ def rtm_merge(
         matched_a: list[np.ndarray] = []
         b_parts: list[pa.Table] = []
         if na:
-            box = Box(tuple((ak.min(axis=0) - eps).tolist()), tuple((ak.max(axis=0) + eps).tolist()))
+            box = _box_of(ak, eps)  # the same box as announced to ``prefetch`` one window earlier
             fetcher = _Fetcher(source, box, params, params.keys.b, b_wait)
-            wb = fetcher.next_window()
-            while wb is not None and wb.num_rows and na:
-                bk = np.ascontiguousarray(key_matrix(wb, params.keys.b))
+            got = fetcher.next_window()
+            while got is not None and got[0].num_rows and na:
+                wb, bk = got
                 nb = bk.shape[0]
                 ma[:na] = False
                 mb[:nb] = False
@@ -221,9 +272,10 @@ def rtm_merge(
                 if i >= na:  # cursor a reached the end of window A first: next A window
                     break
                 na = ak.shape[0]
-                wb = fetcher.next_window()  # cursor b reached the end of window B: refill
+                got = fetcher.next_window()  # cursor b reached the end of window B: refill
             queries += fetcher.queries
             fetched += fetcher.fetched
+            windows_b += fetcher.windows
         left = apos
         m_total = sum(x.size for x in matched_a)
         if m_total:
@@ -253,7 +305,8 @@ def rtm_merge(
     stats.b_records = b_records
     paired = int(np.count_nonzero(b_paired))
     stats.b_unmatched = b_records - paired
-    stats.extra.update({"a_windows": windows, "queries": queries, "b_fetched": fetched, "b_paired": paired})
+    stats.extra.update({"a_windows": windows, "b_windows": windows_b, "queries": queries, "b_fetched": fetched,
+                        "b_paired": paired})
     if kappa_max_b is not None:
         from smerge.merge.cgm import kappa_max_pairs
 

@@ -9,7 +9,9 @@ errors become ``smerge.errors`` exceptions with the server's message.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Iterator, Sequence
 from urllib.parse import urlsplit
 
@@ -23,6 +25,7 @@ from smerge.transport.flight_protocol import NEXT_TOKEN_KEY, Query
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 4
+MAX_PREFETCHED = 4  # announced range requests kept in flight or waiting to be collected
 _TRANSIENT = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
 
 
@@ -56,6 +59,9 @@ class IndexClient:
         self.retries = retries
         self.retried = 0
         self._info: dict | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._prefetched: dict[tuple, Future] = {}
+        self._prefetch_lock = threading.Lock()
 
     # -- plumbing -----------------------------------------------------------------------------------
 
@@ -109,8 +115,29 @@ class IndexClient:
 
     def range_query(self, box: Box, *, limit: int, token: str | None = None,
                     columns: Sequence[str] | None = None) -> tuple[pa.Table, str | None]:
-        """One page of range(box): a table (B's columns + ``__smerge_row``) and the next token."""
+        """One page of range(box): a table (B's columns + ``__smerge_row``) and the next token.
+
+        A page announced with ``prefetch`` (same arguments) is collected instead of asked again."""
+        key = ("range", box, int(limit), token, tuple(columns) if columns is not None else None)
+        with self._prefetch_lock:
+            fut = self._prefetched.pop(key, None)
+        if fut is not None:
+            return fut.result()
         return self._page("range", [box], limit, token, columns)
+
+    def prefetch(self, box: Box, *, limit: int, token: str | None = None,
+                 columns: Sequence[str] | None = None) -> None:
+        """Start the range request in a background thread (one per client); ``range_query`` with
+        the same arguments collects it. At most ``MAX_PREFETCHED`` are kept (the oldest dropped)."""
+        key = ("range", box, int(limit), token, tuple(columns) if columns is not None else None)
+        with self._prefetch_lock:
+            if key in self._prefetched:
+                return
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="smerge-flight-prefetch")
+            while len(self._prefetched) >= MAX_PREFETCHED:
+                self._prefetched.pop(next(iter(self._prefetched))).cancel()
+            self._prefetched[key] = self._pool.submit(self._page, "range", [box], limit, token, columns)
 
     def symdiff_query(self, box1: Box, box2: Box, *, limit: int, token: str | None = None,
                       columns: Sequence[str] | None = None) -> tuple[pa.Table, str | None]:
@@ -143,6 +170,13 @@ class IndexClient:
         return fi.schema
 
     def close(self) -> None:
+        with self._prefetch_lock:
+            pending, self._prefetched = list(self._prefetched.values()), {}
+        for fut in pending:
+            fut.cancel()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         self._client.close()
 
     def __enter__(self) -> "IndexClient":

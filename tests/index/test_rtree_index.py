@@ -82,18 +82,22 @@ def test_range_and_symdiff_equal_brute_force_with_paging(c):
     k, b1, b2, limit = c
     names = [f"k{j}" for j in range(k.shape[1])]
     idx = BIndex.build(pa.table({nm: k[:, j] for j, nm in enumerate(names)}), names)
-    assert all_pages(idx, "range", [b1], limit) == brute(k, [b1], "range")
-    assert all_pages(idx, "symdiff", [b1, b2], limit) == brute(k, [b1, b2], "symdiff")
+    for scan_max_rows in (1 << 20, 0, 7):  # the sort-order scan, the R-tree, and a mix by run length
+        idx.scan_max_rows = scan_max_rows
+        assert all_pages(idx, "range", [b1], limit) == brute(k, [b1], "range")
+        assert all_pages(idx, "symdiff", [b1, b2], limit) == brute(k, [b1, b2], "symdiff")
 
 
 def test_four_dimensions_and_duplicates_sorted_by_row():
     rng = np.random.default_rng(0)
     k = rng.integers(0, 3, (400, 4)).astype(float)
     names = list("abcd")
-    idx = BIndex.build(pa.table({nm: k[:, j] for j, nm in enumerate(names)}), names)
+    idx = BIndex.build(pa.table({nm: k[:, j] for j, nm in enumerate(names)}), names, tree="background")
     b1, b2 = Box.from_arrays([0, 1, 0, 0], [2, 2, 1, 2]), Box.from_arrays([1, 0, 0, 1], [2, 2, 2, 1])
-    assert all_pages(idx, "range", [b1], 17) == brute(k, [b1], "range")
-    assert all_pages(idx, "symdiff", [b1, b2], 17) == brute(k, [b1, b2], "symdiff")
+    for scan_max_rows in (1 << 20, 0):
+        idx.scan_max_rows = scan_max_rows
+        assert all_pages(idx, "range", [b1], 17) == brute(k, [b1], "range")
+        assert all_pages(idx, "symdiff", [b1, b2], 17) == brute(k, [b1, b2], "symdiff")
     info = idx.info()
     assert info["count"] == 400 and info["keys"] == names
     assert info["bounds"] == {"lo": [0.0] * 4, "hi": [2.0] * 4}
@@ -152,3 +156,27 @@ def test_persisted_index_answers_identically_and_resumes_tokens(tmp_path):
         build_index(src, str(tmp_path / "idx"))
     with pytest.raises(InputError, match="not an smerge index"):
         BIndex.load(str(tmp_path))
+
+
+def test_tree_modes_and_tokens_shared_by_both_access_paths():
+    rng = np.random.default_rng(3)
+    k = rng.integers(0, 30, (5000, 2)).astype(float)
+    t = pa.table({"y": k[:, 0], "x": k[:, 1]})
+    b = Box.from_arrays([3, 4], [20, 9])
+    expect = brute(k, [b], "range")
+    for mode in ("lazy", "background", "eager"):
+        idx = BIndex.build(t, ["y", "x"], tree=mode)
+        assert (idx.tree is not None) == (mode == "eager") or mode == "background"
+        idx.scan_max_rows = 0
+        first = idx.range_query(b, limit=100)
+        assert idx.tree is not None  # the R-tree answered, so it exists now
+        idx.scan_max_rows = 1 << 20  # the rest through the scan, resuming the R-tree's token
+        rest, token = [], first.next_token
+        while token is not None:
+            page = idx.range_query(b, limit=333, token=token)
+            rest += page.rows.tolist()
+            token = page.next_token
+        assert first.rows.tolist() + rest == expect
+        idx.close()
+    with pytest.raises(UsageError, match="tree is"):
+        BIndex.build(t, ["y", "x"], tree="later")

@@ -63,7 +63,9 @@ def test_worked_example_through_a_real_server(refill):
         assert list(zip(t.column("k").to_pylist(), t.column("k_b").to_pylist())) == [(2, 2), (4, 4), (6, 6), (8, 8), (10, 10)]
         assert t.column("vb").to_pylist() == [0, 2, 4, 6, 8]
         assert st_.matched == 5 and st_.a_unmatched == 0 and st_.b_unmatched == 4
-        assert st_.extra["queries"] == 2 and st_.extra["b_fetched"] == 9  # first page {2..6}, refill {7..10}
+        # windows B: first page {2..6}, refill {7..10}; the transport asks for up to 4N at once
+        assert st_.extra["b_windows"] == 2 and st_.extra["queries"] == (1 if refill == "page" else 2)
+        assert st_.extra["b_fetched"] == 9
         client.close()
     finally:
         server.shutdown()
