@@ -165,26 +165,36 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
     server = None
     build_seconds = 0.0
     stats = MergeStats("rtm")
-    if client is None:
-        from smerge.index import BIndex
-        from smerge.transport.flight_client import IndexClient
-        from smerge.transport.flight_server import IndexServer, new_token
-
-        tb = time.perf_counter()
-        idx = BIndex.from_source(prep.src_b, nan_keys=prep.params.nan_keys)
-        build_seconds = time.perf_counter() - tb
-        token = new_token()
-        server = IndexServer(idx, host="127.0.0.1", port=0, token=token)
-        server.start_background()
-        client = IndexClient(server.url, token=token)
-    params = prep.params
-    b_records = int(client.info()["count"])
-    out, un_a, un_b = open_outputs(prep)
     bar = progress(prep.src_a.num_rows, "A records") if progress else None
-    write_seconds = 0.0
-    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    # A is read ahead in a thread from the start: reading A overlaps building B's index
     pa_it = Prefetcher(prep.src_a.batches(), prefetch_depth, "smerge-read-a",
                        on_item=(lambda b: bar.update(b.num_rows)) if bar else None)
+    try:
+        if client is None:
+            from smerge.index import BIndex
+            from smerge.transport.flight_client import IndexClient
+            from smerge.transport.flight_server import IndexServer, new_token
+
+            tb = time.perf_counter()
+            idx = BIndex.from_source(prep.src_b, nan_keys=prep.params.nan_keys)
+            build_seconds = time.perf_counter() - tb
+            token = new_token()
+            server = IndexServer(idx, host="127.0.0.1", port=0, token=token)
+            server.start_background()
+            client = IndexClient(server.url, token=token)
+        params = prep.params
+        b_records = int(client.info()["count"])
+        out, un_a, un_b = open_outputs(prep)
+    except BaseException:
+        pa_it.close()
+        if bar:
+            bar.close()
+        if server is not None:
+            client.close()
+            server.shutdown()
+        raise
+    write_seconds = 0.0
+    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
     b_paired = np.zeros(b_records, dtype=np.bool_)
 
     def sink(side: str, batch: pa.RecordBatch) -> None:
@@ -229,8 +239,8 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
         pa_it.close()
         if bar:
             bar.close()
+        client.close()  # single-use (prepare_rtm opens it for this run)
         if server is not None:
-            client.close()
             server.shutdown()
     stats.fetch_seconds = pa_it.busy_seconds + stats.extra.get("fetch_b_seconds", 0.0)
     stats.write_seconds = write_seconds

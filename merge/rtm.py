@@ -138,7 +138,8 @@ def _box_of(k: np.ndarray, eps: np.ndarray) -> Box | None:
     if not ok.any():
         return None
     kk = k if ok.all() else k[ok]
-    return Box(tuple((kk.min(axis=0) - eps).tolist()), tuple((kk.max(axis=0) + eps).tolist()))
+    cols = [kk[:, j] for j in range(kk.shape[1])]
+    return Box(tuple(float(c.min() - e) for c, e in zip(cols, eps)), tuple(float(c.max() + e) for c, e in zip(cols, eps)))
 
 
 def _a_windows(batches: Iterator[pa.RecordBatch], schema: pa.Schema, n: int,
@@ -224,14 +225,15 @@ def rtm_merge(
     it = _a_windows(iter(a_batches), schema_a, n, a_wait)
     upcoming = next(it, None)
     upcoming_k = key_matrix(upcoming, params.keys.a) if upcoming is not None else None
+    upcoming_box = _box_of(upcoming_k, eps) if upcoming is not None else None
     while upcoming is not None:
-        window, k = upcoming, upcoming_k
+        window, k, box = upcoming, upcoming_k, upcoming_box
         upcoming = next(it, None)  # read one A window ahead: its first query overlaps this sweep
-        upcoming_k = key_matrix(upcoming, params.keys.a) if upcoming is not None else None
-        if prefetch is not None and upcoming is not None:
-            nbox = _box_of(upcoming_k, eps)
-            if nbox is not None:
-                prefetch(nbox, limit=first_limit)
+        if upcoming is not None:
+            upcoming_k = key_matrix(upcoming, params.keys.a)
+            upcoming_box = _box_of(upcoming_k, eps)
+            if prefetch is not None and upcoming_box is not None:
+                prefetch(upcoming_box, limit=first_limit)
         windows += 1
         w = window.num_rows
         rows = np.arange(next_row, next_row + w, dtype=np.int64)
@@ -255,7 +257,7 @@ def rtm_merge(
         matched_a: list[np.ndarray] = []
         b_parts: list[pa.Table] = []
         if na:
-            box = _box_of(ak, eps)  # the same box as announced to ``prefetch`` one window earlier
+            # ``box`` (computed over the window's non-NaN keys) is the box announced to ``prefetch``
             fetcher = _Fetcher(source, box, params, params.keys.b, b_wait)
             got = fetcher.next_window()
             while got is not None and got[0].num_rows and na:
