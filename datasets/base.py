@@ -86,12 +86,14 @@ def register_backend(backend: Backend) -> Backend:
 
 def backends() -> dict[str, Backend]:
     # Built-in backends register on import; third parties may call register_backend.
-    from smerge.datasets import arrow_ipc, csv, netcdf, parquet  # noqa: F401
+    from smerge.datasets import arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
 
     return dict(_REGISTRY)
 
 
 def read_magic(path: str) -> bytes:
+    if path.split("://", 1)[0].lower() in ("grpc", "grpc+tcp", "grpc+tls", "grpcs") and "://" in path:
+        return b""  # a server stream, not a file: datasets/flight.py opens it
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file; check the path")
     if os.path.isdir(path):
