@@ -9,8 +9,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import DebugOpt, FormatOpt, JsonOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt
-from smerge.cli.common import emit_stats, progress_enabled, run_guarded, split_list, tqdm_progress
+from smerge.cli.cgm import (ConfOpt, DebugOpt, FormatOpt, JsonOpt, MasterOpt, OutputOpt, OverwriteOpt,
+                            ProgressOpt, StatsOpt, VerboseOpt)
+from smerge.cli.common import emit_stats, parse_conf, progress_enabled, run_guarded, split_list, tqdm_progress
 
 app = typer.Typer(add_completion=False)
 
@@ -43,7 +44,11 @@ def wjoin(
     with_ids: Annotated[bool, typer.Option("--with-ids", help="Add S1_row, S2_row, .. (0-based row ids in the inputs).")] = False,
     stats: StatsOpt = None,
     json_: JsonOpt = False,
-    local: Annotated[bool, typer.Option("--local", help="Run in-process (the only execution for wjoin; accepted for symmetry).")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (default: on Spark).")] = False,
+    master: MasterOpt = None,
+    partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions for HW-join (hash of the equality key; default: Spark's default parallelism). NLW-join runs as one partition.")] = None,
+    conf: ConfOpt = None,
+    verbose: VerboseOpt = False,
     batch_rows: Annotated[int, typer.Option("--batch-rows", help="Records read per input batch (memory: window + about one batch per stream).")] = 65536,
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
@@ -62,8 +67,20 @@ def wjoin(
             method=method, output=output, format=format, overwrite=overwrite, stats=stats, batch_rows=batch_rows,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
+        spark_conf = parse_conf(conf)
         prep = prepare(job)
-        result = run_local(prep, progress=tqdm_progress(progress_enabled(progress)))
+        bar = tqdm_progress(progress_enabled(progress))
+        if local:
+            result = run_local(prep, progress=bar)
+        else:
+            from smerge.spark import DEFAULT_MASTER, under_spark_submit
+            from smerge.spark_wjoin import run_wjoin_spark
+
+            m = master or DEFAULT_MASTER
+            if under_spark_submit() and master is None:
+                m = None  # the master and settings spark-submit configured
+            result = run_wjoin_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
+                                     verbose=verbose)
         emit_stats(result, as_json=json_, summary=wjoin_summary)
         return 0
 

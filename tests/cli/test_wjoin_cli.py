@@ -23,7 +23,8 @@ def write(path, **cols):
 
 
 def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
+    """In-process runs (``--local``); Spark runs are in tests/spark/test_spark_wjoin.py."""
+    rc = main([str(a) for a in args] + ["--local"])
     cap = capsys.readouterr()
     return rc, cap.out, cap.err
 
@@ -117,7 +118,7 @@ def test_existing_output_needs_overwrite_and_unsorted_input(three, tmp_path, cap
 def test_subprocess_exit_code_for_bad_expression(three, tmp_path):
     paths, _ = three
     r = subprocess.run([sys.executable, "-m", "smerge", "wjoin", *paths[:2], "--time", "t", "--window", "3",
-                        "--where", "S1.v > 1 or (lambda: 1)()", "-o", str(tmp_path / "o.parquet")],
+                        "--where", "S1.v > 1 or (lambda: 1)()", "-o", str(tmp_path / "o.parquet"), "--local"],
                        capture_output=True, text=True)
     assert r.returncode == 2 and r.stderr.startswith("smerge: error: --where")
 
