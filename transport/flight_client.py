@@ -21,7 +21,7 @@ import pyarrow.flight as flight
 
 from smerge.errors import InputError, UsageError
 from smerge.index import Box
-from smerge.transport.flight_protocol import NEXT_TOKEN_KEY, Query
+from smerge.transport.flight_protocol import INVALID_ARGUMENT, NEXT_TOKEN_KEY, Query
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 4
@@ -82,6 +82,10 @@ class IndexClient:
                 delay = min(delay * 2, 2.0)
             except pa.ArrowInvalid as e:
                 raise UsageError(f"{self.url}: {_server_message(e)}") from None
+            except flight.FlightServerError as e:
+                if getattr(e, "extra_info", b"") == INVALID_ARGUMENT:  # the server rejected the request
+                    raise UsageError(f"{self.url}: {_server_message(e)}") from None
+                raise InputError(f"{self.url}: server error: {_first_line(e)}") from None
             except flight.FlightError as e:
                 raise InputError(f"{self.url}: server error: {_first_line(e)}") from None
 

@@ -24,6 +24,7 @@ MAX_COLUMNS = 1024
 OPS = {"range": 1, "symdiff": 2, "stream": 0}
 FIELDS = {"op", "dataset", "box", "box2", "limit", "token", "columns"}
 NEXT_TOKEN_KEY = b"smerge.next_token"
+INVALID_ARGUMENT = b"INVALID_ARGUMENT"  # extra_info of the server error answering a rejected request
 
 
 class BadRequest(ValueError):

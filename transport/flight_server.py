@@ -9,7 +9,10 @@
 
 Security: binds 127.0.0.1 by default; requires a bearer token when given one, and refuses to
 bind a non-loopback address without one; TLS with a certificate and key. Malformed, oversized
-or unknown requests get INVALID_ARGUMENT with a clear message and the server keeps serving.
+or unknown requests get a Flight server error whose message is one line saying what is wrong
+(``extra_info`` = ``INVALID_ARGUMENT``) and the server keeps serving. Errors never carry a Python
+traceback to the client (pyarrow would add one to any other exception): unexpected ones are
+logged here at debug level and sent as a one-line internal error.
 """
 
 from __future__ import annotations
@@ -27,12 +30,40 @@ import pyarrow.flight as flight
 
 from smerge.errors import SmergeError, UsageError
 from smerge.index import BIndex, Box
-from smerge.transport.flight_protocol import (MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest, parse_query)
+from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest,
+                                              parse_query)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815
 STREAM_BATCH_ROWS = 65536
 log = logging.getLogger("smerge.serve")
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _flight_errors(method):
+    """Send only one-line messages: bad requests as FlightServerError(INVALID_ARGUMENT), other
+    failures as FlightInternalError; details go to the server's log (debug level)."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args):
+        try:
+            return method(self, *args)
+        except flight.FlightError:
+            raise
+        except (BadRequest, SmergeError) as e:
+            self._count(error=True)
+            log.debug("%s rejected: %s", method.__name__, e)
+            raise flight.FlightServerError(_one_line(e), extra_info=INVALID_ARGUMENT) from None
+        except Exception as e:  # noqa: BLE001 - a bug or resource error: the client gets one line
+            self._count(error=True)
+            log.debug("%s failed", method.__name__, exc_info=True)
+            raise flight.FlightInternalError(f"internal server error ({type(e).__name__}: {_one_line(e)})") from None
+    return wrapper
 
 
 def is_loopback(host: str) -> bool:
@@ -113,67 +144,57 @@ class IndexServer(flight.FlightServerBase):
             self.requests += 1
             self.errors += int(error)
 
-    @staticmethod
-    def _invalid(e: Exception) -> Exception:
-        return pa.ArrowInvalid(str(e))
-
     # -- Flight methods -----------------------------------------------------------------------------
 
+    @_flight_errors
     def do_get(self, context, ticket):
-        try:
-            q = parse_query(ticket.ticket, max_page=self.max_page)
-            idx = self._index(q.dataset)
-            cols = list(q.columns) if q.columns is not None else None
-            if cols is not None:
-                missing = [c for c in cols if c not in idx.table.schema.names]
-                if missing:
-                    raise BadRequest(f"unknown column(s) {', '.join(missing)}; columns: {', '.join(idx.table.schema.names)}")
-            if q.op == "stream":
-                table = idx.table if cols is None else idx.table.select(cols)
-                self._count()
-                return flight.RecordBatchStream(table.to_reader(max_chunksize=STREAM_BATCH_ROWS))
-            boxes = [Box(lo, hi) for lo, hi in q.boxes]
-            if q.op == "range":
-                page = idx.range_query(boxes[0], limit=q.limit, token=q.token)
-            else:
-                page = idx.symdiff_query(boxes[0], boxes[1], limit=q.limit, token=q.token)
-            table = idx.take(page.rows, cols)
-            meta = {NEXT_TOKEN_KEY: (page.next_token or "").encode()}
-            table = table.replace_schema_metadata(meta)
+        q = parse_query(ticket.ticket, max_page=self.max_page)
+        idx = self._index(q.dataset)
+        cols = list(q.columns) if q.columns is not None else None
+        if cols is not None:
+            missing = [c for c in cols if c not in idx.table.schema.names]
+            if missing:
+                raise BadRequest(f"unknown column(s) {', '.join(missing)}; columns: {', '.join(idx.table.schema.names)}")
+        if q.op == "stream":
+            table = idx.table if cols is None else idx.table.select(cols)
             self._count()
-            return flight.RecordBatchStream(table)
-        except (BadRequest, SmergeError) as e:
-            self._count(error=True)
-            raise self._invalid(e) from None
+            return flight.RecordBatchStream(table.to_reader(max_chunksize=STREAM_BATCH_ROWS))
+        boxes = [Box(lo, hi) for lo, hi in q.boxes]
+        if q.op == "range":
+            page = idx.range_query(boxes[0], limit=q.limit, token=q.token)
+        else:
+            page = idx.symdiff_query(boxes[0], boxes[1], limit=q.limit, token=q.token)
+        table = idx.take(page.rows, cols)
+        meta = {NEXT_TOKEN_KEY: (page.next_token or "").encode()}
+        table = table.replace_schema_metadata(meta)
+        self._count()
+        return flight.RecordBatchStream(table)
 
+    @_flight_errors
     def do_action(self, context, action):
         kind = action.type
         body = action.body.to_pybytes() if action.body is not None else b""
-        try:
-            if len(body) > 64 * 1024:
-                raise BadRequest("action body too large")
-            if kind == "health":
-                self._count()
-                return [b"ok"]
-            if kind == "info":
-                name = None
-                if body.strip():
-                    try:
-                        req = json.loads(body)
-                    except json.JSONDecodeError as e:
-                        raise BadRequest(f"info body is not valid JSON ({e})") from None
-                    if not isinstance(req, dict) or set(req) - {"dataset"}:
-                        raise BadRequest("info body must be {} or {\"dataset\": NAME}")
-                    name = req.get("dataset")
-                idx = self._index(name)
-                info = idx.info()
-                info["max_page"] = self.max_page
-                self._count()
-                return [json.dumps(info).encode()]
-            raise BadRequest(f"unknown action {kind!r}; use info or health")
-        except (BadRequest, SmergeError) as e:
-            self._count(error=True)
-            raise self._invalid(e) from None
+        if len(body) > 64 * 1024:
+            raise BadRequest("action body too large")
+        if kind == "health":
+            self._count()
+            return [b"ok"]
+        if kind == "info":
+            name = None
+            if body.strip():
+                try:
+                    req = json.loads(body)
+                except json.JSONDecodeError as e:
+                    raise BadRequest(f"info body is not valid JSON ({e})") from None
+                if not isinstance(req, dict) or set(req) - {"dataset"}:
+                    raise BadRequest("info body must be {} or {\"dataset\": NAME}")
+                name = req.get("dataset")
+            idx = self._index(name)
+            info = idx.info()
+            info["max_page"] = self.max_page
+            self._count()
+            return [json.dumps(info).encode()]
+        raise BadRequest(f"unknown action {kind!r}; use info or health")
 
     def list_actions(self, context):
         return [("info", "schema, keys, count and bounds of a dataset (JSON)"), ("health", "liveness")]
@@ -188,14 +209,12 @@ class IndexServer(flight.FlightServerBase):
         for name, idx in self.indexes.items():
             yield self._flight_info(name, idx)
 
+    @_flight_errors
     def get_flight_info(self, context, descriptor):
-        try:
-            if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
-                raise BadRequest("describe a dataset by its path NAME")
-            name = descriptor.path[0].decode()
-            return self._flight_info(name, self._index(name))
-        except BadRequest as e:
-            raise self._invalid(e) from None
+        if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
+            raise BadRequest("describe a dataset by its path NAME")
+        name = descriptor.path[0].decode()
+        return self._flight_info(name, self._index(name))
 
     def start_background(self) -> threading.Thread:
         """Serve in a daemon thread (the server already listens); stop with ``shutdown()``."""

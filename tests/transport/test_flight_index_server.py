@@ -75,9 +75,61 @@ def test_bad_requests_answered_and_server_stays_up(served, body, msg):
         c._get_table(body)
     raw = flight.FlightClient(c.location)
     opts = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {TOKEN}".encode())])
-    with pytest.raises(pa.ArrowInvalid, match="unknown action"):
+    with pytest.raises(flight.FlightServerError, match="unknown action"):
         list(raw.do_action(flight.Action("format_disk", b""), opts))
     assert c.health() and c.info()["count"] == 20000
+
+
+def _server_text(e: BaseException) -> str:
+    """What the server sent (pyarrow's client appends its own debug context after it)."""
+    return str(e).split(". gRPC client debug context:")[0]
+
+
+def test_raw_client_gets_one_line_errors_without_python_tracebacks(served, caplog):
+    import logging
+
+    server, _, _ = served
+    raw = flight.FlightClient(server.url)
+    opts = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {TOKEN}".encode())])
+    calls = [
+        lambda: raw.do_get(flight.Ticket(b"{not json"), opts).read_all(),
+        lambda: raw.do_get(flight.Ticket(b'{"op": "range", "box": {"lo": [0, 0, 0], "hi": [1, 1, 1]}, "limit": -5}'),
+                           opts).read_all(),
+        lambda: list(raw.do_action(flight.Action("format_disk", b""), opts)),
+        lambda: list(raw.do_action(flight.Action("info", b"{oops"), opts)),
+        lambda: raw.get_flight_info(flight.FlightDescriptor.for_path("nope"), opts),
+        lambda: raw.get_flight_info(flight.FlightDescriptor.for_command(b"SELECT 1"), opts),
+    ]
+    for call in calls:
+        with pytest.raises(flight.FlightServerError) as err:
+            call()
+        text = _server_text(err.value)
+        assert err.value.extra_info == b"INVALID_ARGUMENT"
+        assert "Traceback" not in str(err.value) and "Python exception" not in str(err.value)
+        assert "\n" not in text and ".py" not in text, text
+    # An unexpected failure inside the server: one line to the client, the traceback in the log.
+    broken = BIndex.build(grid_table(100), ["t", "y", "x"], name="broken")
+
+    def boom(*a, **k):
+        raise RuntimeError("disk on fire\nsecond line")
+
+    broken.take = boom
+    s2 = IndexServer(broken, port=0)
+    s2.start_background()
+    try:
+        with caplog.at_level(logging.DEBUG, logger="smerge.serve"):
+            with pytest.raises(flight.FlightInternalError) as err:
+                flight.FlightClient(s2.url).do_get(flight.Ticket(
+                    b'{"op": "range", "box": {"lo": [0, 0, 0], "hi": [99, 99, 99]}, "limit": 5}')).read_all()
+        text = _server_text(err.value)
+        assert "internal server error (RuntimeError: disk on fire)" in text and "second line" not in text
+        assert "Traceback" not in str(err.value)
+        assert any(r.exc_info and "disk on fire" in str(r.exc_info[1]) for r in caplog.records)
+        with pytest.raises(InputError, match="server error: internal server error"):
+            IndexClient(s2.url).range_query(Box((0.0,) * 3, (99.0,) * 3), limit=5)
+        assert IndexClient(s2.url).health()  # still serving
+    finally:
+        s2.shutdown()
 
 
 def expected_rows(k, b):
