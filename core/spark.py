@@ -109,7 +109,22 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
         raise UsageError(f"cannot start Spark (--master {master}): {msg}{where}; or run with --local") from None
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
+    warm_workers(spark)
     return spark
+
+
+def _warm(_):
+    import smerge.merge._kernel  # noqa: F401 - numba and the cached kernels
+    import smerge.spark_tasks  # noqa: F401
+
+    return [os.getpid()]
+
+
+def warm_workers(spark) -> None:
+    """Start the Python workers and import smerge in them (a per-session cost, like the JVM's)."""
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    sc.parallelize(range(n), n).flatMap(_warm).collect()
 
 
 def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
