@@ -157,7 +157,7 @@ def _b_keys(client, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
 def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, prefetch_depth: int = 4) -> dict:
     """Run the RTM merge (embedded server or the given one); return the statistics dict."""
     from smerge.merge.rtm import rtm_merge
-    from smerge.transport import Prefetcher
+    from smerge.transport import BackgroundWriter, Prefetcher
 
     t0 = time.perf_counter()
     job = prep.job
@@ -196,22 +196,19 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
     write_seconds = 0.0
     drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
     b_paired = np.zeros(b_records, dtype=np.bool_)
+    # Output batches are encoded and written in a background thread, in order (as cgm does).
+    writer = BackgroundWriter(lambda item: item[0].write(item[1]), prefetch_depth, "smerge-write")
 
     def sink(side: str, batch: pa.RecordBatch) -> None:
-        nonlocal write_seconds
         if un_a is not None:
-            t = time.perf_counter()
-            un_a.write(batch)
-            write_seconds += time.perf_counter() - t
+            writer.put((un_a, batch))
 
     try:
         kappa_b = (lambda: _b_keys(client, params.keys.b)) if job.kappa_max else None
         for batch in rtm_merge(pa_it, client, params, schema_a=prep.src_a.schema, schema_b=prep.src_b.schema,
                                b_records=b_records, stats=stats, unmatched=sink if prep.unmatched_paths else None,
                                source_a=job.a, b_paired=b_paired, kappa_max_b=kappa_b):
-            t = time.perf_counter()
-            out.write(batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch)
-            write_seconds += time.perf_counter() - t
+            writer.put((out, batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch))
         if un_b is not None:
             pos = 0
             for batch in client.stream(list(prep.src_b.schema.names)):
@@ -222,15 +219,15 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
                     sel = batch.filter(pa.array(keep))
                     if params.with_ids:
                         sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
-                    t = time.perf_counter()
-                    un_b.write(sel)
-                    write_seconds += time.perf_counter() - t
+                    writer.put((un_b, sel))
+        writer.close()
         t = time.perf_counter()
         for w in (out, un_a, un_b):
             if w is not None:
                 w.commit()
         write_seconds += time.perf_counter() - t
     except BaseException:
+        writer.cancel()
         for w in (out, un_a, un_b):
             if w is not None:
                 w.abort()
@@ -242,6 +239,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
         client.close()  # single-use (prepare_rtm opens it for this run)
         if server is not None:
             server.shutdown()
+    write_seconds += writer.busy_seconds
     stats.fetch_seconds = pa_it.busy_seconds + stats.extra.get("fetch_b_seconds", 0.0)
     stats.write_seconds = write_seconds
     stats.total_seconds = time.perf_counter() - t0

@@ -50,6 +50,7 @@ RESULT_CACHE_ENTRIES = 64
 SCAN_MAX_ROWS = 1 << 20  # leading-key runs up to this many records are scanned, larger ones use the R-tree
 SCAN_CHUNK_ROWS = 4096  # first chunk of a scan (doubles while the page is not full)
 TREE_MODES = ("lazy", "background", "eager")
+ADAPTIVE_SORT_MAX_INVERSIONS = 0.1  # fraction of adjacent inversions below which B is merge-sorted adaptively
 
 
 @dataclass(frozen=True)
@@ -96,9 +97,26 @@ def parse_token(token: str | None, fp: str) -> int:
 
 
 def _sort_order(keys: np.ndarray) -> np.ndarray:
-    """Positions of records in exact key order, ties by row id (stable lexsort)."""
-    if keys.shape[0] == 0:
+    """Positions of records in exact key order, ties by position (a stable lexicographic sort).
+
+    A partially sorted B (few adjacent inversions) is sorted by the adaptive merge kernel
+    (about O(n) when nearly sorted), anything else by ``np.lexsort``; both give the same order.
+    """
+    n = keys.shape[0]
+    if n == 0:
         return np.empty(0, np.int64)
+    gt, eq = np.zeros(n - 1, np.bool_), np.ones(n - 1, np.bool_)
+    for j in range(keys.shape[1]):  # adjacent pairs out of lexicographic order
+        x, y = keys[:-1, j], keys[1:, j]
+        gt |= eq & (x > y)
+        eq &= x == y
+    inversions = int(np.count_nonzero(gt))
+    if inversions == 0:
+        return np.arange(n, dtype=np.int64)
+    if inversions <= n * ADAPTIVE_SORT_MAX_INVERSIONS:
+        from smerge.merge._kernel import argsort_keys
+
+        return argsort_keys(np.ascontiguousarray(keys), np.arange(n, dtype=np.int64)).astype(np.int64)
     return np.lexsort(tuple(keys[:, j] for j in range(keys.shape[1] - 1, -1, -1))).astype(np.int64)
 
 

@@ -180,3 +180,19 @@ def test_tree_modes_and_tokens_shared_by_both_access_paths():
         idx.close()
     with pytest.raises(UsageError, match="tree is"):
         BIndex.build(t, ["y", "x"], tree="later")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 3), st.integers(0, 300), st.integers(0, 300), st.integers(0, 2**31))
+def test_sort_order_adaptive_and_lexsort_agree(d, n, swaps, seed):
+    """B's rank order is the stable lexicographic order whichever sort path is taken."""
+    from smerge.index.rtree_index import _sort_order
+
+    rng = np.random.default_rng(seed)
+    k = np.sort(rng.integers(0, 6, (n, d)).astype(float), axis=0)
+    k = k[np.lexsort(tuple(k[:, j] for j in range(d - 1, -1, -1)))]
+    for _ in range(swaps if n > 1 else 0):  # displace some records: from sorted to random
+        i, j = rng.integers(0, n, 2)
+        k[[i, j]] = k[[j, i]]
+    expect = np.lexsort(tuple(k[:, j] for j in range(d - 1, -1, -1)))
+    assert _sort_order(k).tolist() == expect.tolist()
