@@ -9,12 +9,14 @@ from typing import Annotated, Optional
 import typer
 
 from smerge.cli.cgm import (DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
-                            KeysOpt, LocalOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
+                            KeysOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
                             VarsAOpt, VarsBOpt, WindowOpt)
 from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_eps, progress_enabled, run_guarded, \
     split_list, tqdm_progress
 
 app = typer.Typer(add_completion=False)
+RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Accepted for symmetry with cgm: RTM always runs in "
+                                           "this process (there is no Spark path for RTM).")]
 
 
 @app.command("rtm")
@@ -44,14 +46,15 @@ def rtm(
     delta_windows: DeltaWOpt = 10,
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",
-    local: LocalOpt = False,
+    local: RTMLocalOpt = False,
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """RTM merge (spec section 5): each A window queries B's R-tree server for its eps-box.
 
-    RTM always runs in this process (--local is accepted and changes nothing); B is served by
-    an embedded index server (loopback, free port, random token) unless --server is given.
+    RTM always runs in this process (--local is accepted for symmetry with cgm and changes
+    nothing; there is no Spark path). B is served by an embedded index server (loopback, free
+    port, random token) unless --server is given.
     """
 
     def body() -> int:

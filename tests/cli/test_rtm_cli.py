@@ -134,3 +134,20 @@ def test_existing_output_is_an_error_and_delta_exit_3(ab, tmp_path, capsys):
     rc, _, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "--window", "5", "-o", tmp_path / "d.parquet",
                          "--delta", "0.01", "--delta-windows", "1")
     assert rc == 3 and (tmp_path / "d.parquet").exists()
+
+
+def test_help_says_rtm_runs_in_process_and_local_changes_nothing(ab, tmp_path, capsys):
+    from typer.testing import CliRunner
+
+    from smerge.cli.main import app
+
+    res = CliRunner().invoke(app, ["rtm", "--help"], terminal_width=200)
+    assert res.exit_code == 0 and "no Spark path" in res.output
+    a, b = ab
+    outs = []
+    for extra in ([], ["--local"]):
+        rc, out, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / f"o{len(extra)}.parquet",
+                               "--with-ids", *extra)
+        assert rc == 0, err
+        outs.append(pq.read_table(tmp_path / f"o{len(extra)}.parquet"))
+    assert outs[0].equals(outs[1]) and outs[0].num_rows == 5
