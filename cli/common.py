@@ -88,7 +88,9 @@ def tqdm_progress(enabled: bool):
 
     class _Bar:
         def __init__(self, total, unit):
-            self._bar = tqdm(total=total, unit=" " + unit.split()[-1], unit_scale=True, file=sys.stderr,
+            # Scale large record counts (1.2M); small counts (partitions) stay whole numbers.
+            scale = total is None or total >= 10_000
+            self._bar = tqdm(total=total, unit=" " + unit.split()[-1], unit_scale=scale, file=sys.stderr,
                              desc=unit.split()[0], leave=False, dynamic_ncols=True)
 
         def update(self, n):
