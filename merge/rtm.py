@@ -14,6 +14,7 @@ Memory: one A window, the current window B and the pairs of one A window, plus a
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Callable, Iterable, Iterator, Protocol
 
 import numpy as np
@@ -29,6 +30,7 @@ from smerge.merge.stats import MergeStats, ReportWindows
 
 UnmatchedSink = Callable[[str, pa.RecordBatch], None]
 FIRST_FETCH_WINDOWS = 4  # page mode: an A window's first request asks for up to this many windows B
+LOOKAHEAD_WINDOWS = 1  # A windows read (and their first range requests announced) ahead of the sweep
 
 
 class RangeSource(Protocol):
@@ -223,17 +225,24 @@ def rtm_merge(
     first_limit = first_fetch_rows(params)
     windows_b = 0
     it = _a_windows(iter(a_batches), schema_a, n, a_wait)
-    upcoming = next(it, None)
-    upcoming_k = key_matrix(upcoming, params.keys.a) if upcoming is not None else None
-    upcoming_box = _box_of(upcoming_k, eps) if upcoming is not None else None
-    while upcoming is not None:
-        window, k, box = upcoming, upcoming_k, upcoming_box
-        upcoming = next(it, None)  # read one A window ahead: its first query overlaps this sweep
-        if upcoming is not None:
-            upcoming_k = key_matrix(upcoming, params.keys.a)
-            upcoming_box = _box_of(upcoming_k, eps)
-            if prefetch is not None and upcoming_box is not None:
-                prefetch(upcoming_box, limit=first_limit)
+    ahead: deque[tuple[pa.Table, np.ndarray, Box | None]] = deque()
+
+    def read_ahead() -> None:
+        """Read A windows ahead (their first queries overlap the sweeps before them)."""
+        while len(ahead) <= LOOKAHEAD_WINDOWS:
+            nxt = next(it, None)
+            if nxt is None:
+                return
+            nk = key_matrix(nxt, params.keys.a)
+            nbox = _box_of(nk, eps)
+            if prefetch is not None and nbox is not None and ahead:  # the first window is asked at once
+                prefetch(nbox, limit=first_limit)
+            ahead.append((nxt, nk, nbox))
+
+    read_ahead()
+    while ahead:
+        window, k, box = ahead.popleft()
+        read_ahead()
         windows += 1
         w = window.num_rows
         rows = np.arange(next_row, next_row + w, dtype=np.int64)

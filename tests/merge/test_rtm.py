@@ -182,3 +182,29 @@ def test_params_are_validated(kw, msg):
     base = dict(keys=MergeKeys(("k",), ("k",)), eps=(0.0,))
     with pytest.raises(UsageError, match=msg):
         RTMParams(**{**base, **kw})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("refill", ["page", "symdiff"])
+def test_through_a_real_server_with_prefetch_equals_in_process(refill):
+    """The client's announced (prefetched) first pages give exactly the in-process result."""
+    from smerge.transport.flight_client import IndexClient
+    from smerge.transport.flight_server import IndexServer
+
+    rng = np.random.default_rng(11)
+    kb = np.column_stack([np.repeat(np.arange(40.0), 25), np.tile(np.arange(25.0), 40)])
+    ka = kb[np.clip(np.arange(1000) + rng.integers(-30, 31, 1000), 0, 999)]
+    names, ta, tb = tables(ka, kb)
+    p = params(names, (0.0, 1.0), 60, refill)
+    local, st_l, _, _ = run(ta, tb, p)
+    server = IndexServer(BIndex.build(tb, names, name="b"), port=0, token="prefetch-test-token")
+    server.start_background()
+    try:
+        client = IndexClient(server.url, token="prefetch-test-token")
+        remote, st_r, _, _ = run(ta, tb, p, source=client)
+        assert remote == local and st_r.kappas == st_l.kappas
+        assert st_r.extra["queries"] == st_l.extra["queries"] and st_r.extra["b_windows"] == st_l.extra["b_windows"]
+        assert client._prefetched == {}  # every announced page was collected
+        client.close()
+    finally:
+        server.shutdown()
