@@ -16,7 +16,9 @@ class ArrowIPCBackend:
     extensions = (".arrow", ".feather", ".ipc", ".arrows")
 
     def guess_can_open(self, path: str, magic: bytes) -> bool:
-        return magic.startswith(b"ARROW1") or path.lower().endswith(self.extensions)
+        # File format: "ARROW1"; stream format: a 0xFFFFFFFF continuation marker first.
+        return (magic.startswith(b"ARROW1") or magic.startswith(b"\xff\xff\xff\xff")
+                or path.lower().endswith(self.extensions))
 
     @staticmethod
     def _batches(path: str) -> Iterator[pa.RecordBatch]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 from smerge.errors import InputError
 
 DEFAULT_BATCH_ROWS = 131072
-MAGIC_BYTES = 8
+MAGIC_BYTES = 4096  # enough for magic numbers and to sniff a CSV header line
 
 
 @dataclass
@@ -113,7 +113,8 @@ def guess_backend(path: str, fmt: str | None = None) -> Backend:
             raise InputError(f"unknown input format {fmt!r}; use one of {', '.join(sorted(regs))}")
         return regs[fmt]
     magic = read_magic(path)
-    for b in regs.values():
+    # Formats with a magic number first; CSV (which can only be sniffed) last.
+    for b in sorted(regs.values(), key=lambda b: b.name == "csv"):
         if b.guess_can_open(path, magic):
             return b
     exts = sorted({e for b in regs.values() for e in b.extensions})

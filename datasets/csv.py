@@ -16,12 +16,26 @@ class CSVBackend:
     extensions = (".csv", ".tsv", ".txt")
 
     def guess_can_open(self, path: str, magic: bytes) -> bool:
-        return path.lower().endswith(self.extensions)
+        if path.lower().endswith(self.extensions):
+            return True
+        # No telling extension: UTF-8 text whose first line has a delimiter looks like CSV.
+        if not magic or b"\x00" in magic:
+            return False
+        try:
+            first = magic.decode("utf-8").splitlines()[0]
+        except (UnicodeDecodeError, IndexError):
+            return False
+        return "," in first or "\t" in first
 
     def _reader(self, path: str):
         import pyarrow.csv as pcsv
 
         delim = "\t" if path.lower().endswith(".tsv") else ","
+        if not path.lower().endswith((".csv", ".tsv")):
+            with open(path, "rb") as f:
+                head = f.readline(65536)
+            if b"\t" in head and b"," not in head:
+                delim = "\t"
         return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=8 << 20),
                              parse_options=pcsv.ParseOptions(delimiter=delim))
 

@@ -163,3 +163,22 @@ def test_input_errors(tmp_path):
         open_input(str(bad))
     with pytest.raises(InputError, match="no such file"):
         open_input(str(tmp_path / "missing.nc"))
+
+
+def test_format_by_content_without_extension(tmp_path):
+    t = sample(20)
+    for fmt, ext in (("parquet", ".parquet"), ("csv", ".csv"), ("arrow", ".arrow")):
+        path = str(tmp_path / f"x{ext}")
+        with open_output(path, t.schema) as w:
+            w.write(t.to_batches()[0])
+        bare = tmp_path / f"data_{fmt}.dat"
+        (tmp_path / f"x{ext}").rename(bare)
+        src = open_input(str(bare), keys=["time"])
+        assert src.format == fmt and pa.Table.from_batches(list(src.batches())).num_rows == 20
+    stream = tmp_path / "stream.bin"
+    with pa.OSFile(str(stream), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+        w.write_table(t)
+    assert open_input(str(stream), keys=["time"]).format == "arrow"
+    nc = tmp_path / "grid.data"
+    write_netcdf(str(nc), GenParams(records=5000, seed=1))
+    assert open_input(str(nc)).format == "netcdf"
