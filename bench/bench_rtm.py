@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cgm import pair  # noqa: E402
-from common import (RESULTS, best_of, machine, machine_markdown, machine_section_empty,  # noqa: E402
+from common import (DATA, RESULTS, best_of, machine, machine_markdown, machine_section_empty,  # noqa: E402
                     md_table, replace_section)
 
 EPS = 0.01
@@ -214,8 +214,8 @@ def main() -> None:
         replace_section("rtm", markdown(saved["rows"], saved["latency"], args.records, args.repeats,
                                         tuple(saved.get("load", (float("nan"),) * 2))))
         return
-    tmp = RESULTS / "rtm_tmp"
-    tmp.mkdir(exist_ok=True)
+    tmp = DATA / "rtm_tmp"  # scratch outputs (git-ignored)
+    tmp.mkdir(parents=True, exist_ok=True)
     global WINDOWS
     if args.quick:
         WINDOWS = (5000,)
