@@ -1,7 +1,7 @@
 """Compiled and vectorised hot loops of the W-join (merge/wjoin.py).
 
 ``purge_walk`` replays the arrivals of one chunk record by record and applies the purge rule
-of spec section 6 after each one; ``expand_ranges`` / ``bucket_ranges`` turn per-partial-tuple
+of spec section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex`` (HW-join hash chains) turn per-partial-tuple
 candidate ranges into flat (parent, candidate) index arrays for the left-deep expansion.
 Times are int64 (integers, datetimes as ns) or float64; ``NEG``/``POS`` stand for "nothing seen
 yet" and "stream exhausted".
@@ -90,58 +90,86 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @nb.njit(cache=True)
-def _bucket_walk(order, gstart, gend, codes, times, lo, hi, pe, out_parent, out_cand, fill):
-    """Walk each probe's bucket from its newest record back to the period start (HW-join probe)."""
+def _chain_probe(hashes, mask, order, h, times, lo, hi, pe):
+    """HW-join probe, in one compiled pass: probes are taken in order of ``pe`` (``order``); before
+    a probe, the stream's records below its ``pe`` are inserted into an open-addressing table
+    (hash -> newest position) whose positions link to the previous one of the same hash, so
+    each bucket is a newest-first chain of exactly the records that arrived before the probing
+    record. The walk stops at the first record before the period start ``lo``."""
+    cap = mask + 1
+    slot_h = np.zeros(cap, np.uint64)
+    slot_head = np.full(cap, -1, np.int64)
+    prv = np.empty(hashes.shape[0], np.int64)
+    inserted = 0
+    m = h.shape[0]
+    ocap = max(16, 2 * m)
+    out_parent = np.empty(ocap, np.int64)
+    out_cand = np.empty(ocap, np.int64)
     total = 0
-    for p in range(codes.shape[0]):
-        c = codes[p]
-        if c < 0:
-            continue
-        q = gend[c] - 1
-        g0 = gstart[c]
-        while q >= g0:
-            pos = order[q]
-            q -= 1
-            if pos >= pe[p]:
-                continue  # arrived after the probing record
-            t = times[pos]
-            if t < lo[p]:
+    for k in range(m):
+        p = order[k]
+        e = pe[p]
+        while inserted < e:
+            hv = hashes[inserted]
+            s = np.int64(hv & np.uint64(mask))
+            while slot_head[s] != -1 and slot_h[s] != hv:
+                s = (s + 1) & mask
+            prv[inserted] = slot_head[s]
+            slot_h[s] = hv
+            slot_head[s] = inserted
+            inserted += 1
+        hp = h[p]
+        s = np.int64(hp & np.uint64(mask))
+        while slot_head[s] != -1 and slot_h[s] != hp:
+            s = (s + 1) & mask
+        q = slot_head[s]
+        lp, up = lo[p], hi[p]
+        while q >= 0:
+            t = times[q]
+            if t < lp:
                 break
-            if t <= hi[p]:
-                if fill:
-                    out_parent[total] = p
-                    out_cand[total] = pos
+            if t <= up:
+                if total == ocap:
+                    ocap *= 2
+                    a = np.empty(ocap, np.int64)
+                    a[:total] = out_parent[:total]
+                    out_parent = a
+                    b = np.empty(ocap, np.int64)
+                    b[:total] = out_cand[:total]
+                    out_cand = b
+                out_parent[total] = p
+                out_cand[total] = q
                 total += 1
-    return total
+            q = prv[q]
+    return out_parent[:total], out_cand[:total]
 
 
 class BucketIndex:
-    """Hash buckets of one stream's buffered+chunk records: position ranges per hash value.
+    """Hash buckets of one stream's buffered+chunk records (time-ordered positions).
 
-    Records are grouped by hash (stable, so positions stay time-ordered inside a bucket);
-    ``probe`` walks a bucket from its newest record back to the start of the probe's period.
+    ``probe`` builds newest-first chains per 64-bit key hash incrementally while it takes the
+    probes in arrival order (``_chain_probe``), so a walk never meets a record that arrived
+    after its probing record and stops at the start of the probe's period.
     """
 
     def __init__(self, hashes: np.ndarray):
         n = hashes.shape[0]
-        self.order = np.argsort(hashes, kind="stable").astype(np.int64)
-        sh = hashes[self.order]
-        self.uniq, first = np.unique(sh, return_index=True)
-        self.gstart = first.astype(np.int64)
-        self.gend = np.append(first[1:], n).astype(np.int64)
+        cap = 16
+        while cap < 2 * n:
+            cap *= 2
+        self.mask = cap - 1
+        self.hashes = np.ascontiguousarray(hashes, np.uint64)
 
     def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
               pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
-        among the first ``pe`` positions, walking each bucket from its newest record back."""
-        if self.uniq.shape[0] == 0 or h.shape[0] == 0:
+        among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``)."""
+        if self.hashes.shape[0] == 0 or h.shape[0] == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        idx = np.minimum(np.searchsorted(self.uniq, h), self.uniq.shape[0] - 1)
-        codes = np.where(self.uniq[idx] == h, idx, -1).astype(np.int64)
-        args = (self.order, self.gstart, self.gend, codes, times, lo.astype(times.dtype, copy=False),
-                hi.astype(times.dtype, copy=False), pe.astype(np.int64, copy=False))
-        e = np.empty(0, np.int64)
-        total = _bucket_walk(*args, e, e, False)
-        parent, cand = np.empty(total, np.int64), np.empty(total, np.int64)
-        _bucket_walk(*args, parent, cand, True)
-        return parent, cand
+        pe = np.ascontiguousarray(pe, np.int64)
+        if pe.shape[0] > 1 and np.any(pe[1:] < pe[:-1]):
+            order = np.argsort(pe, kind="stable").astype(np.int64)
+        else:
+            order = np.arange(pe.shape[0], dtype=np.int64)
+        return _chain_probe(self.hashes, self.mask, order, np.ascontiguousarray(h, np.uint64), times,
+                            np.ascontiguousarray(lo, times.dtype), np.ascontiguousarray(hi, times.dtype), pe)
