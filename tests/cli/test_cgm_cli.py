@@ -178,16 +178,17 @@ def test_bad_input_as_a_process(tmp_path, ncar_dir):
     assert os.listdir(tmp_path) == []
 
 
-def test_master_without_spark_module_or_local_runs(ab, tmp_path, capsys):
-    """Without --local the run goes to Spark; either it runs or it says clearly why not."""
+def test_without_local_runs_on_spark_with_the_local_result(ab, tmp_path, capsys):
     a, b = ab
     rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--eps", "0.2", "--master", "local[1]", "--json",
-                         "-o", tmp_path / "o.parquet")
-    assert rc in (0, 2)
-    if rc == 2:
-        assert "--local" in se and not (tmp_path / "o.parquet").exists()
-    else:
-        assert json.loads(so)["matched"] == 50
+                         "-o", tmp_path / "s.parquet", "--with-ids")
+    assert rc == 0, se
+    s = json.loads(so)
+    assert s["execution"] == "spark" and s["matched"] == 50
+    rc, _, _ = run_cli(capsys, "cgm", a, b, "--keys", "k", "--eps", "0.2", "--local", "-o", tmp_path / "l.parquet",
+                       "--with-ids")
+    assert rc == 0
+    assert pq.read_table(tmp_path / "s.parquet").equals(pq.read_table(tmp_path / "l.parquet"))
 
 
 def test_progress_bar_on_stderr_only_when_asked(ab, tmp_path, capsys):
