@@ -151,6 +151,22 @@ def open_outputs(prep: PreparedMerge):
     return outs
 
 
+def commit_outputs(outputs) -> float:
+    """Commit every atomic output (rename into place); returns the seconds it took."""
+    t = time.perf_counter()
+    for w in outputs:
+        if w is not None:
+            w.commit()
+    return time.perf_counter() - t
+
+
+def abort_outputs(outputs) -> None:
+    """Remove every temporary output after a failure: no half-written file is left."""
+    for w in outputs:
+        if w is not None:
+            w.abort()
+
+
 def write_stats(path: str, stats: dict) -> None:
     """Write the statistics JSON atomically."""
     tmp = f"{path}.smerge-tmp-{os.getpid()}"
@@ -187,16 +203,10 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
                                source_a=prep.job.a, source_b=prep.job.b, compute_kappa_max=prep.job.kappa_max):
             writer.put((out, batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch))
         writer.close()
-        t = time.perf_counter()
-        for w in (out, un_a, un_b):
-            if w is not None:
-                w.commit()
-        write_seconds += time.perf_counter() - t
+        write_seconds += commit_outputs((out, un_a, un_b))
     except BaseException:
         writer.cancel()
-        for w in (out, un_a, un_b):
-            if w is not None:
-                w.abort()
+        abort_outputs((out, un_a, un_b))
         raise
     finally:
         pa_it.close()
@@ -217,5 +227,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "run_local", "open_outputs", "write_stats", "default_output",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
+           "write_stats", "default_output",
            "SmergeError", "Progress"]

@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, check_output_path, format_for, open_input
 from smerge.errors import OutputError, UsageError
-from smerge.jobs import PreparedMerge, ProgressFactory, default_output, open_outputs, write_stats
+from smerge.jobs import (PreparedMerge, ProgressFactory, abort_outputs, commit_outputs, default_output, open_outputs,
+                         write_stats)
 from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
 from smerge.merge.params import MergeKeys, resolve_eps
@@ -221,16 +222,10 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
                         sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
                     writer.put((un_b, sel))
         writer.close()
-        t = time.perf_counter()
-        for w in (out, un_a, un_b):
-            if w is not None:
-                w.commit()
-        write_seconds += time.perf_counter() - t
+        write_seconds += commit_outputs((out, un_a, un_b))
     except BaseException:
         writer.cancel()
-        for w in (out, un_a, un_b):
-            if w is not None:
-                w.abort()
+        abort_outputs((out, un_a, un_b))
         raise
     finally:
         pa_it.close()
