@@ -30,8 +30,8 @@ def resolve_eps(eps: float | Sequence[float] | Mapping[str, float], keys: Sequen
         if len(out) != len(keys):
             raise UsageError(f"--eps has {len(out)} values but there are {len(keys)} keys ({', '.join(keys)})")
     for k, e in zip(keys, out):
-        if math.isnan(e) or e < 0:
-            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a number >= 0")
+        if math.isnan(e) or e < 0 or math.isinf(e):
+            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
     return out
 
 
@@ -50,6 +50,24 @@ class MergeKeys:
                 f"A has {len(self.a)} keys ({', '.join(self.a)}) but B has {len(self.b)} "
                 f"({', '.join(self.b)}); give both the same number of keys with --keys/--keys-b"
             )
+
+
+def check_common(p) -> None:
+    """Checks shared by the engines' parameter classes (window size, eps, NaN policy, delta)."""
+    n = p.window_size
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
+    if len(p.eps) != len(p.keys.a):
+        raise UsageError(f"{len(p.eps)} tolerances for {len(p.keys.a)} keys")
+    for k, e in zip(p.keys.a, p.eps):
+        if math.isnan(e) or e < 0 or math.isinf(e):
+            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
+    if p.nan_keys not in NAN_KEY_POLICIES:
+        raise UsageError(f"--nan-keys is {p.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
+    if p.delta is not None and not (0.0 <= p.delta <= 1.0):
+        raise UsageError(f"--delta is {p.delta}; the allowed drop rate is a fraction in [0, 1]")
+    if p.delta_windows < 1:
+        raise UsageError(f"--delta-windows is {p.delta_windows}; use an integer >= 1")
 
 
 @dataclass(frozen=True)
@@ -72,25 +90,13 @@ class CGMParams:
     out_batch_rows: int = field(default=65536, compare=False)
 
     def __post_init__(self) -> None:
+        check_common(self)
         n = self.window_size
-        if not isinstance(n, int) or n < 1:
-            raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
         for name, k in (("--increment-a", self.least_increment_a), ("--increment-b", self.least_increment_b)):
-            if not isinstance(k, int) or k < 1:
+            if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                 raise UsageError(f"{name} is {k}; the least window increment K must be an integer >= 1")
             if k > n:
                 raise UsageError(f"{name} is {k} but the window size N is {n}; use K <= N")
-        if len(self.eps) != len(self.keys.a):
-            raise UsageError(f"{len(self.eps)} tolerances for {len(self.keys.a)} keys")
-        for k, e in zip(self.keys.a, self.eps):
-            if math.isnan(e) or e < 0:
-                raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a number >= 0")
-        if self.nan_keys not in NAN_KEY_POLICIES:
-            raise UsageError(f"--nan-keys is {self.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
-        if self.delta is not None and not (0.0 <= self.delta <= 1.0):
-            raise UsageError(f"--delta is {self.delta}; the allowed drop rate is a fraction in [0, 1]")
-        if self.delta_windows < 1:
-            raise UsageError(f"--delta-windows is {self.delta_windows}; use an integer >= 1")
 
     def as_dict(self) -> dict:
         return {

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from smerge.errors import UsageError
-from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, NAN_KEY_POLICIES, MergeKeys
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, check_common
 
 REFILL_MODES = ("page", "symdiff")
 DEFAULT_FETCH_ROWS = 262144
@@ -34,22 +33,9 @@ class RTMParams:
     fetch_rows: int = field(default=DEFAULT_FETCH_ROWS, compare=False)
 
     def __post_init__(self) -> None:
-        n = self.window_size
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
+        check_common(self)
         if self.refill not in REFILL_MODES:
             raise UsageError(f"--refill is {self.refill!r}; use page (lossless) or symdiff (the paper's)")
-        if len(self.eps) != len(self.keys.a):
-            raise UsageError(f"{len(self.eps)} tolerances for {len(self.keys.a)} keys")
-        for k, e in zip(self.keys.a, self.eps):
-            if math.isnan(e) or e < 0 or math.isinf(e):
-                raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
-        if self.nan_keys not in NAN_KEY_POLICIES:
-            raise UsageError(f"--nan-keys is {self.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
-        if self.delta is not None and not (0.0 <= self.delta <= 1.0):
-            raise UsageError(f"--delta is {self.delta}; the allowed drop rate is a fraction in [0, 1]")
-        if self.delta_windows < 1:
-            raise UsageError(f"--delta-windows is {self.delta_windows}; use an integer >= 1")
         if self.fetch_rows < 1:
             raise UsageError(f"fetch_rows is {self.fetch_rows}; use an integer >= 1")
 
