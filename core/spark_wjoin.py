@@ -22,8 +22,14 @@ HW-join (equalities link every stream), P partitions:
    local order: members' row ids, S1 first). The merge is streaming (one batch per partition
    in memory) and the output is written atomically.
 
-NLW-join (any predicate): one task reads the inputs and runs the engine, i.e. the in-process
-run on an executor (the time-range split with a halo is not implemented; docs/wjoin.md).
+NLW-join (any predicate): with P = 1 one task reads the inputs and runs the engine (the
+in-process run on an executor). With P > 1, by *time ranges with a halo*: the split stage
+writes each chunk once (with row ids) and samples its times; the driver cuts the time axis at
+the sample's quantiles into ranges [b_r, b_r+1); task r streams every record with
+b_r - D_max <= t < b_r+1 (D_max = the largest shortest-path bound, the halo) through the engine
+and keeps the tuples whose *completion time* (their last member's time) lies in [b_r, b_r+1).
+Every member of such a tuple has t >= t_max - D_max, so the tuple is formed there, and in no
+other range: each tuple is formed in exactly one range. The driver merges as for HW-join.
 
 The driver checks the order of the chunks' time ranges (a decrease at a chunk seam is reported
 like ``--local`` does). Staging files live next to the output (a filesystem shared with the
@@ -49,6 +55,7 @@ from smerge.jobs import write_stats
 from smerge.merge.wjoin import WJoinParams, WJoinStats, _hash_terms, _times, make_plan, wjoin
 
 ROW_COL = "__smerge_row"
+SAMPLE_PER_BATCH = 64
 ORD_T, ORD_S, ORD_R = "__ord_t", "__ord_s", "__ord_r"
 _ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputError)}
 
@@ -78,7 +85,18 @@ class WSparkPlan:
     params: WJoinParams
     partitions: int
     staging: str
-    hashed: bool
+    mode: str  # "hash" (HW-join by key), "ranges" (NLW-join by time ranges + halo), "single" (one task)
+    bounds: tuple = ()  # "ranges": P - 1 range boundaries, in the time representation
+    halo: float = 0.0  # "ranges": the largest shortest-path bound (D_max)
+    chunk_times: tuple = ()  # "ranges": per stream, ((chunk, first_t, last_t), ...) of the non-empty chunks
+
+    @property
+    def hashed(self) -> bool:
+        return self.mode == "hash"
+
+    @property
+    def split(self) -> bool:
+        return self.mode in ("hash", "ranges")
 
 
 def _err(e: SmergeError) -> dict:
@@ -145,7 +163,8 @@ def _split_chunk(plan: WSparkPlan, item) -> dict:
     first_t = last_t = None
     writers: dict[int, _Writer] = {}
     schema = spec.schema.append(pa.field(ROW_COL, pa.int64()))
-    P = plan.partitions
+    P = plan.partitions if plan.hashed else 1
+    samples = []
     try:
         for batch in src.batches(start, stop):
             n = batch.num_rows
@@ -163,7 +182,11 @@ def _split_chunk(plan: WSparkPlan, item) -> dict:
                 first_t = t[0].item()
             last_t = t[-1].item()
             tab = tab.append_column(ROW_COL, pa.array(np.arange(row, row + n, dtype=np.int64)))
-            pid = (_hash_terms(tab, eplan.hash_terms[i]) % np.uint64(P)).astype(np.int64)
+            if plan.hashed:
+                pid = (_hash_terms(tab, eplan.hash_terms[i]) % np.uint64(P)).astype(np.int64)
+            else:  # time ranges: one file per chunk; a sample of the times for the boundaries
+                pid = np.zeros(n, np.int64)
+                samples.append(t[::max(1, n // SAMPLE_PER_BATCH)])
             order = np.argsort(pid, kind="stable")
             counts = np.bincount(pid, minlength=P)
             tab = tab.take(pa.array(order))
@@ -179,12 +202,41 @@ def _split_chunk(plan: WSparkPlan, item) -> dict:
     finally:
         for w in writers.values():
             w.close()
-    return {"i": i, "chunk": chunk, "first_row": row0, "rows": row - row0, "first_t": first_t, "last_t": last_t}
+    sample = np.concatenate(samples) if samples else np.empty(0)
+    return {"i": i, "chunk": chunk, "first_row": row0, "rows": row - row0, "first_t": first_t, "last_t": last_t,
+            "sample": sample}
 
 
 def _partition_input(plan: WSparkPlan, i: int, p: int):
     for f in sorted(glob.glob(os.path.join(plan.staging, f"in-{i:03d}-*-{p:05d}.arrow"))):
         yield from _read_ipc(f)
+
+
+def _range_edges(plan: WSparkPlan, r: int):
+    """Range r = [lo, hi) of completion times (None: unbounded)."""
+    b = plan.bounds
+    return (b[r - 1] if r > 0 else None), (b[r] if r < len(b) else None)
+
+
+def _range_input(plan: WSparkPlan, i: int, r: int, kind: str):
+    """Stream i's records with lo - halo <= t < hi, from the chunks that can hold them, in order."""
+    lo, hi = _range_edges(plan, r)
+    low = None if lo is None else lo - plan.halo
+    tcol = plan.params.time[i]
+    for chunk, first_t, last_t in plan.chunk_times[i]:
+        if (low is not None and last_t < low) or (hi is not None and first_t >= hi):
+            continue
+        for b in _read_ipc(_in_path(plan.staging, i, chunk, 0)):
+            t = _times(b.column(tcol), kind, SimpleNamespace(rows_read=0, name="", time_col=tcol))
+            m = np.ones(b.num_rows, bool)
+            if low is not None:
+                m &= t >= low
+            if hi is not None:
+                m &= t < hi
+            if m.all():
+                yield b
+            elif m.any():
+                yield b.filter(pa.array(m))
 
 
 def join_partition(plan: WSparkPlan, p: int) -> dict:
@@ -202,11 +254,15 @@ def _join_partition(plan: WSparkPlan, p: int) -> dict:
     final_schema = make_plan(base_schemas, params).out_schema
     stats = WJoinStats()
     t0 = time.perf_counter()
-    if plan.hashed:
+    kind = make_plan(base_schemas, params).kind
+    if plan.split:
         # every stream carries its row ids as a payload column; the engine's own ids are not used
         schemas = [s.append(pa.field(ROW_COL, pa.int64())) for s in base_schemas]
         eparams = replace(params, with_ids=False)
-        streams = [_partition_input(plan, i, p) for i in range(n)]
+        if plan.hashed:
+            streams = [_partition_input(plan, i, p) for i in range(n)]
+        else:
+            streams = [_range_input(plan, i, p, kind) for i in range(n)]
     else:
         schemas = base_schemas
         eparams = replace(params, with_ids=True)
@@ -214,7 +270,9 @@ def _join_partition(plan: WSparkPlan, p: int) -> dict:
         streams = [s.batches() for s in srcs]
     eplan = make_plan(schemas, eparams)
     id_names = make_plan(base_schemas, replace(params, with_ids=True)).id_names
-    row_cols = ([f"{a}_{ROW_COL}" for a in params.aliases] if plan.hashed else id_names)
+    row_cols = ([f"{a}_{ROW_COL}" for a in params.aliases] if plan.split else id_names)
+    r_lo, r_hi = _range_edges(plan, p) if plan.mode == "ranges" else (None, None)
+    formed = 0
     time_cols = [f"{a}_{c}" for a, c in zip(params.aliases, params.time)]
     ord_type = pa.float64() if eplan.dtype is np.float64 else pa.int64()
     schema = final_schema.append(pa.field(ORD_T, ord_type)).append(pa.field(ORD_S, pa.int64())) \
@@ -231,6 +289,19 @@ def _join_partition(plan: WSparkPlan, p: int) -> dict:
             for j in range(1, n):  # the last member in arrival order: max (time, stream); later stream wins ties
                 m = ts[j] >= bt
                 bt, bs, br = np.where(m, ts[j], bt), np.where(m, j, bs), np.where(m, rows[j], br)
+            if r_lo is not None or r_hi is not None:  # keep the tuples completed inside this time range
+                keep = np.ones(b.num_rows, bool)
+                if r_lo is not None:
+                    keep &= bt >= r_lo
+                if r_hi is not None:
+                    keep &= bt < r_hi
+                if not keep.all():
+                    b = b.filter(pa.array(keep))
+                    rows = [x[keep] for x in rows]
+                    bt, bs, br = bt[keep], bs[keep], br[keep]
+                if b.num_rows == 0:
+                    continue
+            formed += b.num_rows
             cols = []
             for f in final_schema:
                 if f.name in id_names:
@@ -242,7 +313,7 @@ def _join_partition(plan: WSparkPlan, p: int) -> dict:
             write_seconds += time.perf_counter() - tw
     finally:
         w.close()
-    return {"p": p, "tuples": stats.tuples, "records_read": stats.records_read, "peak_buffered": stats.peak_buffered,
+    return {"p": p, "tuples": formed, "records_read": stats.records_read, "peak_buffered": stats.peak_buffered,
             "peak_buffered_total": stats.peak_buffered_total, "peak_held": stats.peak_held, "chunks": stats.chunks,
             "join_seconds": time.perf_counter() - t0 - write_seconds, "write_seconds": write_seconds}
 
@@ -329,7 +400,9 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
 
     ``spark``: an existing SparkSession (tests, batch); otherwise one is started for ``master``
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
-    ``partitions``: P for HW-join (default: Spark's default parallelism); NLW-join uses one.
+    ``partitions``: P (default: Spark's default parallelism): hash partitions for HW-join, time
+    ranges for NLW-join (one partition when P = 1; fewer ranges when the times have fewer
+    distinct quantiles).
     Settings ``smerge.*`` in ``conf`` are smerge's own: ``smerge.wjoin.split_groups`` (chunks per
     input in the split stage, default: default parallelism).
     """
@@ -364,8 +437,10 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     specs = tuple(StreamSpec(path=os.path.abspath(s.path), source=job.inputs[i], batch_rows=job.batch_rows,
                              schema=s.schema, outer=s.outer_size, inner=max(int(s.inner_size or 1), 1))
                   for i, s in enumerate(prep.sources))
-    hashed = make_plan([s.schema for s in specs], params).hash_terms is not None
-    P = (partitions or max(1, sc.defaultParallelism)) if hashed else 1
+    eplan = make_plan([s.schema for s in specs], params)
+    hashed = eplan.hash_terms is not None
+    P = partitions or max(1, sc.defaultParallelism)
+    mode = "hash" if hashed else ("ranges" if P > 1 else "single")
     out_dir = os.path.dirname(os.path.abspath(prep.output))
     staging = os.path.join(out_dir, f".{os.path.basename(prep.output)}.smerge-wjoin-{uuid.uuid4().hex[:10]}")
     try:
@@ -373,10 +448,10 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     except OSError as e:
         raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") \
             from None
-    plan = WSparkPlan(streams=specs, params=params, partitions=P, staging=staging, hashed=hashed)
+    plan = WSparkPlan(streams=specs, params=params, partitions=P, staging=staging, mode=mode)
     split_seconds = 0.0
     try:
-        if hashed:
+        if plan.split:
             t1 = time.perf_counter()
             groups = int(own.get("smerge.wjoin.split_groups", max(1, sc.defaultParallelism)))
             items = [it for i, s in enumerate(specs) for it in _chunk_items(s, i, groups)]
@@ -386,6 +461,9 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
                 if "error" in r:
                     _raise(r["error"])
             _check_seams(plan, res)
+            if mode == "ranges":
+                plan = _range_plan(plan, res, eplan)
+                P = plan.partitions
             split_seconds = time.perf_counter() - t1
         t2 = time.perf_counter()
         results = _collect(sc, lambda: sc.parallelize(range(P), P).map(lambda p: join_partition(plan, p)).collect(),
@@ -420,7 +498,9 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     p = params
     result.update({
         "inputs": list(job.inputs), "output": prep.output, "execution": "spark", "master": sc.master,
-        "partitions": P, "partition_tuples": [r["tuples"] for r in results],
+        "partitions": P, "partitioning": {"hash": "equality key hash", "ranges": "time ranges + halo",
+                                          "single": "one partition"}[mode],
+        "partition_tuples": [r["tuples"] for r in results],
         "fetch_seconds": split_seconds, "join_seconds": sum(r["join_seconds"] for r in results),
         "write_seconds": sum(r["write_seconds"] for r in results) + assemble_seconds,
         "session_start_seconds": session_seconds, "spark_job_seconds": job_seconds,
@@ -435,6 +515,32 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     if job.stats:
         write_stats(job.stats, result)
     return result
+
+
+def _range_plan(plan: WSparkPlan, res: list[dict], eplan) -> WSparkPlan:
+    """Boundaries at the quantiles of the sampled times; the halo is the largest shortest-path bound.
+
+    A tuple is formed in the range that holds its completion time t_max (its last member's
+    time); every member has t >= t_max - D_max, so the range's records plus those within the
+    halo below it hold every member of the tuples completed in it.
+    """
+    sample = np.sort(np.concatenate([r["sample"] for r in res if r["rows"]] or [np.empty(0)]))
+    P = plan.partitions
+    bounds: list = []
+    if sample.shape[0]:
+        qs = sample[np.minimum((np.arange(1, P) * sample.shape[0]) // P, sample.shape[0] - 1)]
+        bounds = [x.item() for x in np.unique(qs) if x > sample[0]]
+    dist = eplan.dist
+    if eplan.dtype is np.float64:
+        halo = float(np.max(dist)) * (1 + 1e-9) + 1e-300
+        scale = float(np.max(np.abs(sample))) if sample.shape[0] else 0.0
+        halo += 1e-12 * max(scale, 1.0)  # float rounding of t_max - t: a wider halo only adds records
+    else:
+        halo = int(np.max(dist))
+    chunk_times = tuple(tuple((r["chunk"], r["first_t"], r["last_t"])
+                              for r in sorted((r for r in res if r["i"] == i and r["rows"]), key=lambda r: r["chunk"]))
+                        for i in range(plan.params.n_streams))
+    return replace(plan, bounds=tuple(bounds), halo=halo, chunk_times=chunk_times, partitions=len(bounds) + 1)
 
 
 def _check_seams(plan: WSparkPlan, res: list[dict]) -> None:

@@ -68,13 +68,28 @@ def test_hw_join_float_times_two_way_without_ids_and_multi_key(spark, tmp_path):
     assert a.num_rows > 50 and a.equals(b)
 
 
-def test_nlw_join_on_spark_equals_local(spark, tmp_path):
+@pytest.mark.parametrize("P", [1, 3])
+def test_nlw_join_on_spark_equals_local(spark, tmp_path, P):
     paths = streams(tmp_path, 3, 250, 5, seed=21)
-    a, b, ls, ss = both(spark, tmp_path, "nlw", 4, inputs=tuple(paths), time=("t",), window="3",
+    a, b, ls, ss = both(spark, tmp_path, f"nlw{P}", P, inputs=tuple(paths), time=("t",), window="3",
                         where="S1.k < S2.k and S2.v > S3.v", with_ids=True)
-    assert ss["method"] == "nested-loop" and ss["partitions"] == 1
+    assert ss["method"] == "nested-loop" and ss["partitions"] == P
+    assert ss["partitioning"] == ("one partition" if P == 1 else "time ranges + halo")
     assert a.num_rows > 100 and a.equals(b)
-    assert ss["peak_buffered"] == ls["peak_buffered"]
+    if P == 1:
+        assert ss["peak_buffered"] == ls["peak_buffered"]
+    else:
+        assert sum(1 for x in ss["partition_tuples"] if x) == P  # every range formed tuples, none twice
+        assert sum(ss["partition_tuples"]) == a.num_rows
+
+
+def test_nlw_time_ranges_float_times_chain_of_bounds(spark, tmp_path):
+    # S1-S2 and S2-S3 bounded, S1-S3 not: the halo must be the shortest path 2.5 + 1.5 = 4
+    paths = streams(tmp_path, 3, 300, 5, seed=23, floats=True)
+    a, b, ls, ss = both(spark, tmp_path, "nlwf", 4, inputs=tuple(paths), time=("t",), window="2.5",
+                        pair_windows=("2,3=1.5", "1,3=none"), where="S1.v + S3.v > S2.v", with_ids=True)
+    assert ss["partitions"] == 4 and ss["partitioning"] == "time ranges + halo"
+    assert a.num_rows > 100 and a.equals(b)
 
 
 def test_storm_grids_on_spark_equal_local(spark, tmp_path, ncar_dir):
