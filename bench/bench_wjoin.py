@@ -364,7 +364,7 @@ def write_section(a, rows, seed_rows) -> None:
         "most the SHJ can lose from stale entries, reached only when bucket walks dominate everything else. "
         "Reproduce: `.venv/bin/python bench/bench_wjoin.py --skip-duckdb`.",
         "",
-        "| keys | W | ways | tuples | HW-join us / input tuple | SHJ us / input tuple | HW ns / output tuple | SHJ ns / output tuple | HW-join faster by | bound | entries visited per arrival HW / SHJ | peak table records HW / SHJ |",
+        "| item popularity | W | ways | tuples | HW-join us / input tuple | SHJ us / input tuple | HW ns / output tuple | SHJ ns / output tuple | HW-join faster by | bound | entries visited per arrival HW / SHJ | peak table records HW / SHJ |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in seed_rows:
