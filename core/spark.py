@@ -34,8 +34,11 @@ import pyarrow as pa
 from smerge.errors import InputError, KeyNaNError, OutputError, SmergeError, UsageError
 from smerge.jobs import PreparedMerge, open_outputs, write_stats
 from smerge.merge import MergeStats
-from smerge.spark_tasks import (ChunkStats, MergePlan, SideSpec, choose_bounds, needed_runs, part_path,
-                                read_ipc_bytes, run_partition, scan_chunks)
+from smerge.datasets.writers import DATASET_FORMAT, replace_dir
+from smerge.spark_parquet import ParquetConcatError, concat_parquet
+from smerge.spark_tasks import (PART_KINDS, ChunkStats, MergePlan, SideSpec, _PartWriter, choose_bounds,
+                                coord_chunk_stats, key_columns, needed_runs, part_path, read_ipc_bytes,
+                                run_partition, scan_chunks)
 
 DEFAULT_MASTER = "local[*]"
 SMERGE_CONF_PREFIX = "smerge."
@@ -183,7 +186,7 @@ def _run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) -
 
 
 def _raise_task_error(err: tuple) -> None:
-    name, msg, column, row = err
+    name, msg = err[0], err[1]
     if name == "KeyNaNError":
         raise InputError(msg)
     raise _ERRORS.get(name, SmergeError)(msg)
@@ -203,6 +206,24 @@ def _side_spec(prep: PreparedMerge, side: str) -> SideSpec:
                     batch_rows=job.batch_rows, schema=src.schema, step=step, inner=inner, outer=src.outer_size)
 
 
+def _outer_coordinate_k1(src) -> np.ndarray | None:
+    """k1 per outer index when k1 is the coordinate variable of a gridded input's outer
+    dimension (known from the file's metadata), else None."""
+    grid = src.grid
+    k1 = src.keys[0]
+    if grid is None or not grid.dims or grid.dims[0] != k1 or k1 not in grid.coords:
+        return None
+    vals = np.asarray(grid.coords[k1])
+    if vals.ndim != 1 or vals.size != src.outer_size:
+        return None
+    field = src.schema.field(k1)
+    try:
+        arr = pa.array(vals).cast(field.type)
+    except (pa.ArrowException, TypeError, ValueError):
+        return None
+    return key_columns(pa.RecordBatch.from_arrays([arr], names=[k1]), (k1,))[:, 0]
+
+
 def _scan_tasks(spec: SideSpec, side: str, groups: int) -> list[tuple[str, int, int | None]]:
     if spec.outer is None:
         return [(side, 0, None)]
@@ -218,6 +239,36 @@ def _scan(item, specs):
         return scan_chunks(side, specs[side], first, last)
     except SmergeError as e:
         return (type(e).__name__, str(e), None, None)
+
+
+def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> tuple[dict, dict]:
+    """Chunk statistics of both inputs: from metadata where the file allows it (gridded netCDF
+    keyed by its outer coordinate), else from a scan of k1 on the executors."""
+    stats: dict[str, list[ChunkStats]] = {}
+    how: dict[str, str] = {}
+    for side, src in (("a", prep.src_a), ("b", prep.src_b)):
+        k1 = _outer_coordinate_k1(src)
+        if k1 is not None:
+            stats[side] = coord_chunk_stats(side, specs[side], k1)
+            how[side] = "metadata"
+    todo = [s for s in ("a", "b") if s not in stats]
+    if todo:
+        default_groups = max(1, -(-sc.defaultParallelism // len(todo)))
+        groups = int(own.get("smerge.plan.groups", default_groups))
+        items = [it for s in todo for it in _scan_tasks(specs[s], s, groups)]
+        scanned = _run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
+                           len(items), progress if len(items) > 4 else None, "scan keys")
+        for s in todo:
+            stats[s] = []
+            how[s] = "scan"
+        for res in scanned:
+            if isinstance(res, tuple):
+                _raise_task_error(res)
+            for st in res:
+                stats[st.side].append(st)
+    for side in ("a", "b"):
+        stats[side].sort(key=lambda s: s.chunk)
+    return stats, how
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,61 +301,73 @@ def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, p
                 spark.stop()
 
 
+def _explicit_bounds(own: dict) -> tuple[float, ...] | None:
+    if not own.get("smerge.bounds"):
+        return None
+    try:
+        return tuple(sorted({float(x) for x in own["smerge.bounds"].split(",") if x.strip()}))
+    except ValueError:
+        raise UsageError(f"--conf smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
+
+
 def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress, session_seconds: float) -> dict:
     t0 = time.perf_counter()
     sc = spark.sparkContext
     job = prep.job
     specs = {"a": _side_spec(prep, "a"), "b": _side_spec(prep, "b")}
     parts = partitions or max(1, sc.defaultParallelism)
+    bounds = _explicit_bounds(own)
 
-    # (1) planning scan on the executors
-    groups = int(own.get("smerge.plan.groups", max(2, sc.defaultParallelism)))
-    items = _scan_tasks(specs["a"], "a", groups) + _scan_tasks(specs["b"], "b", groups)
-    scanned = _run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
-                       len(items), progress if len(items) > 4 else None, "scan chunks")
-    chunk_stats: dict[str, list[ChunkStats]] = {"a": [], "b": []}
-    for res in scanned:
-        if isinstance(res, tuple):
-            _raise_task_error(res)
-        for st in res:
-            chunk_stats[st.side].append(st)
-    for side in ("a", "b"):
-        chunk_stats[side].sort(key=lambda s: s.chunk)
-    if job.nan_keys == "error":
-        for side, path in (("a", job.a), ("b", job.b)):
-            bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
-            if bad:
-                raise KeyNaNError(bad[0].first_nan_key, bad[0].first_nan_row, path)
-    plan_seconds = time.perf_counter() - t0
-
-    # (2) boundaries of the leading key
-    sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
-    if own.get("smerge.bounds"):
-        try:
-            bounds = tuple(sorted({float(x) for x in own["smerge.bounds"].split(",") if x.strip()}))
-        except ValueError:
-            raise UsageError(f"--conf smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
+    # (1) planning: none for one partition; metadata or a k1 scan otherwise
+    plan_how = {"a": "none", "b": "none"}
+    if bounds == () or (bounds is None and parts == 1):
+        bounds = ()
+        runs_a = (((0, specs["a"].outer),),)
+        runs_b = (((0, specs["b"].outer),),)
     else:
-        bounds = choose_bounds(sample, parts)
+        chunk_stats, plan_how = _plan_chunks(prep, sc, specs, own, progress)
+        if job.nan_keys == "error":
+            for side, path in (("a", job.a), ("b", job.b)):
+                bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
+                if bad:
+                    raise KeyNaNError(bad[0].first_nan_key, bad[0].first_nan_row, path)
+        if bounds is None:
+            sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
+            bounds = choose_bounds(sample, parts)
+        P = len(bounds) + 1
+        eps1 = float(prep.params.eps[0])
+        edges = [-np.inf, *bounds, np.inf]
+        runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
+                       for p in range(P))
+        runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
+                                   specs["b"].step) for p in range(P))
     P = len(bounds) + 1
     eps1 = float(prep.params.eps[0])
-    edges = [-np.inf, *bounds, np.inf]
-    runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
-                   for p in range(P))
-    runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
-                               specs["b"].step) for p in range(P))
+    plan_seconds = time.perf_counter() - t0
 
-    # (3) the merge job
-    out_dir = os.path.dirname(os.path.abspath(prep.output))
-    staging = os.path.join(out_dir, f".{os.path.basename(prep.output)}.smerge-spark-{uuid.uuid4().hex[:10]}")
+    # (2) the merge job: executors write the part files
+    out_abs = os.path.abspath(prep.output)
+    staging = os.path.join(os.path.dirname(out_abs), f".{os.path.basename(out_abs)}.smerge-spark-{uuid.uuid4().hex[:10]}")
+    part_format = "parquet" if prep.output_format in ("parquet", DATASET_FORMAT) else "arrow"
     try:
         os.makedirs(staging)
+        for kind in PART_KINDS:
+            os.makedirs(os.path.join(staging, kind))
     except OSError as e:
+        shutil.rmtree(staging, ignore_errors=True)
         raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") from None
     kill, _, marker = own.get("smerge.test.kill_once_partition", "").partition(":")
+    una_schema = unb_schema = None
+    if prep.unmatched_paths:
+        una_schema, unb_schema = prep.src_a.schema, prep.src_b.schema
+        if prep.params.with_ids:
+            una_schema = una_schema.append(pa.field("a_row", pa.int64()))
+            unb_schema = unb_schema.append(pa.field("b_row", pa.int64()))
     plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
                      eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
+                     part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
+                     una_schema=una_schema, unb_schema=unb_schema,
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
@@ -312,12 +375,13 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                            P, progress, "merge partitions")
         job_seconds = time.perf_counter() - t1
         results.sort(key=lambda r: r["p"])
-        for r in results:
-            if "error" in r:
-                _raise_task_error(r["error"])
+        _raise_partition_errors(results)
         t2 = time.perf_counter()
         seam = _resolve_seams(prep, results)
-        _assemble(prep, plan, results, seam)
+        if part_format == "parquet":
+            _finish_parquet(prep, plan, results, seam)
+        else:
+            _assemble(prep, plan, results, seam)
         assemble_seconds = time.perf_counter() - t2
     finally:
         shutil.rmtree(staging, ignore_errors=True)
@@ -336,14 +400,16 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.check_accounting()
     if job.kappa_max:
         stats.kappa_max = _kappa_max(sc, plan)
-    stats.fetch_seconds = plan_seconds
+    stats.fetch_seconds = plan_seconds + sum(r.get("read_seconds", 0.0) for r in results)
     stats.merge_seconds = sum(r["merge_seconds"] for r in results)
     stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds
     stats.total_seconds = time.perf_counter() - t0
     stats.extra.update({
         "execution": "spark", "master": sc.master, "partitions": P, "bounds": list(bounds),
+        "plan": plan_how, "part_format": part_format,
         "session_start_seconds": session_seconds, "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
+        "task_seconds": [r.get("task_seconds", 0.0) for r in results],
         "b_shared": sum(r["b_shared_owned"] for r in results),
         "seam_pairs": seam["total"], "seam_pairs_dropped": seam["total"] - seam["kept"],
         "partition_pairs": [r["final_pairs"] for r in results],
@@ -354,6 +420,17 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     if job.stats:
         write_stats(job.stats, result)
     return result
+
+
+def _raise_partition_errors(results: list[dict]) -> None:
+    """Report a task's error as one line; NaN keys: the first row of A, else of B (as --local reads A first)."""
+    errs = [r["error"] for r in results if "error" in r]
+    if not errs:
+        return
+    nan = [e for e in errs if e[0] == "KeyNaNError"]
+    if nan:  # (name, msg, column, row, side)
+        raise InputError(min(nan, key=lambda e: (e[4] != "a", e[3] if e[3] is not None else 0))[1])
+    _raise_task_error(errs[0])
 
 
 def _resolve_seams(prep: PreparedMerge, results: list[dict]) -> dict:
@@ -438,6 +515,65 @@ def _assemble(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: d
         for w in writers:
             w.abort()
         raise
+
+
+def _finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
+    """Executors wrote the final Parquet parts; add the driver's parts (kept seam pairs, seam
+    records that became unmatched) and move everything into place.
+
+    A dataset output is the folder of parts itself (renamed into place). A single file is the
+    parts joined byte-for-byte (``smerge.spark_parquet``: row groups copied, one footer
+    written), into a temporary file renamed over the target. The outputs are moved into place
+    only when every one of them is complete.
+    """
+    P = plan.parts
+
+    def extra(kind: str, schema: pa.Schema, tables: list) -> None:
+        tables = [t for t in tables if t is not None and t.num_rows]
+        if not tables:
+            return
+        w = _PartWriter(part_path(plan.staging, kind, P, "parquet"), schema, "parquet")
+        try:
+            for t in tables:
+                for b in t.to_batches():
+                    w.write(b)
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+
+    extra("pairs", plan.out_schema, [seam["pairs"]])
+    targets = [("pairs", prep.output, plan.out_schema)]
+    if prep.unmatched_paths:
+        extra("ua", plan.una_schema, [seam["dropped_a"]])
+        kept_b, cands = seam["kept_b"], []
+        for r in results:
+            t = read_ipc_bytes(r["cand_b"])
+            if t is not None:
+                cands.append(t.filter(pa.array(~np.isin(t.column("b_row").to_numpy(), kept_b))))
+        extra("ub", plan.unb_schema, cands)
+        targets += [("ua", prep.unmatched_paths[0], plan.una_schema), ("ub", prep.unmatched_paths[1], plan.unb_schema)]
+    ready: list[tuple[str, str, bool]] = []  # (finished path, target, is a directory)
+    try:
+        for kind, target, schema in targets:
+            paths = [part_path(plan.staging, kind, p, "parquet") for p in range(P + 1)]
+            if kind == "pairs" and prep.output_format == DATASET_FORMAT:
+                folder = os.path.join(plan.staging, kind)
+                for name in os.listdir(folder):  # leftovers of failed task attempts
+                    if not name.endswith(".parquet"):
+                        os.unlink(os.path.join(folder, name))
+                ready.append((folder, target, True))
+                continue
+            tmp = os.path.join(plan.staging, f"{kind}.joined.parquet")
+            concat_parquet(paths, tmp, schema)
+            ready.append((tmp, target, False))
+    except ParquetConcatError as e:
+        raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None
+    for src, target, is_dir in ready:
+        if is_dir:
+            replace_dir(src, target)
+        else:
+            os.replace(src, target)
 
 
 def _kappa_max(sc, plan: MergePlan) -> float:

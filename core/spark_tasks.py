@@ -31,9 +31,9 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import SmergeError
+from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
-from smerge.merge.keys import key_matrix
+from smerge.merge.keys import KeyedBatch, key_matrix
 
 SAMPLE_PER_CHUNK = 256
 
@@ -95,41 +95,68 @@ class ChunkStats:
     sample: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
+def _open_k1(spec: SideSpec):
+    """The input reduced to its leading key when the format allows it (same rows), else ``open_keys``."""
+    from smerge.datasets import open_input
+
+    try:
+        src = open_input(spec.path, keys=spec.keys[:1], variables=spec.keys[:1], batch_rows=spec.batch_rows)
+        if (tuple(src.schema.names) == spec.keys[:1] and src.outer_size == spec.outer
+                and src.inner_size == spec.inner):
+            return src
+    except Exception:  # noqa: BLE001 - e.g. a gridded key: fall back
+        pass
+    return spec.open_keys()
+
+
 def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | None) -> list[ChunkStats]:
-    """Read chunks ``first_chunk .. last_chunk`` (None: to the end) of one input; their stats."""
-    src = spec.open_keys()
+    """Read the leading key k1 of chunks ``first_chunk .. last_chunk`` (None: to the end); their stats.
+
+    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns). Holds
+    the k1 values of the range in memory (8 bytes per record).
+    """
+    src = _open_k1(spec)
     start = first_chunk * spec.step
     stop = None if last_chunk is None else (last_chunk + 1) * spec.step
+    parts = [key_columns(b, spec.keys[:1])[:, 0] for b in src.batches(start, stop)]
+    k1 = np.concatenate(parts) if parts else np.empty(0)
     chunk_rows = spec.step * spec.inner
-    row = start * spec.inner
-    out: dict[int, ChunkStats] = {}
-    for batch in src.batches(start, stop):
-        k = key_columns(batch, spec.keys)
-        n = batch.num_rows
-        pos = 0
-        while pos < n:
-            c = (row + pos) // chunk_rows
-            end = min(n, (c + 1) * chunk_rows - row)
-            seg = k[pos:end]
-            st = out.setdefault(c, ChunkStats(side, c))
-            st.count += end - pos
-            nan_any = np.isnan(seg).any(axis=1)
-            if nan_any.any() and st.first_nan_row < 0:
-                i = int(np.argmax(nan_any))
-                st.first_nan_row = row + pos + i
-                st.first_nan_key = spec.keys[int(np.argmax(np.isnan(seg[i])))]
-            k1 = seg[:, 0]
-            good = k1[~np.isnan(k1)]
-            if good.size < k1.size:
-                st.nan_k1 = True
-            if good.size:
-                st.k1_min = min(st.k1_min, float(good.min()))
-                st.k1_max = max(st.k1_max, float(good.max()))
-                stride = max(1, good.size // SAMPLE_PER_CHUNK)
-                st.sample = np.concatenate([st.sample, good[::stride]])
-            pos = end
-        row += n
-    return [out[c] for c in sorted(out)]
+    row0 = start * spec.inner
+    out = []
+    for off in range(0, k1.size, chunk_rows):
+        seg = k1[off:off + chunk_rows]
+        st = ChunkStats(side, (row0 + off) // chunk_rows, count=seg.size)
+        nan = np.isnan(seg)
+        if nan.any():
+            st.nan_k1 = True
+            st.first_nan_row = row0 + off + int(np.argmax(nan))
+            st.first_nan_key = spec.keys[0]
+            seg = seg[~nan]
+        if seg.size:
+            st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
+            st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
+        out.append(st)
+    return out
+
+
+def coord_chunk_stats(side: str, spec: SideSpec, k1_by_outer: np.ndarray) -> list[ChunkStats]:
+    """Chunk stats from the values of k1 per outer index (a gridded input keyed by the
+    coordinate of its outer dimension): metadata only, no data is read."""
+    out = []
+    for c, a in enumerate(range(0, k1_by_outer.size, spec.step)):
+        seg = k1_by_outer[a:a + spec.step]
+        st = ChunkStats(side, c, count=seg.size * spec.inner)
+        nan = np.isnan(seg)
+        if nan.any():
+            st.nan_k1 = True
+            st.first_nan_row = (a + int(np.argmax(nan))) * spec.inner
+            st.first_nan_key = spec.keys[0]
+            seg = seg[~nan]
+        if seg.size:
+            st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
+            st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
+        out.append(st)
+    return out
 
 
 def choose_bounds(sample: np.ndarray, parts: int) -> tuple[float, ...]:
@@ -187,12 +214,18 @@ class MergePlan:
     params: CGMParams  # with_ids=True: the task maps local ids to global row ids
     bounds: tuple[float, ...]
     eps1: float
-    runs_a: tuple[tuple[tuple[int, int], ...], ...]
-    runs_b: tuple[tuple[tuple[int, int], ...], ...]
+    runs_a: tuple[tuple[tuple[int, int | None], ...], ...]
+    runs_b: tuple[tuple[tuple[int, int | None], ...], ...]
     staging: str
     want_unmatched: bool
     source_a: str
     source_b: str
+    # "parquet": tasks write the final Parquet parts (output schema: ids only when asked for);
+    # "arrow": tasks write Arrow IPC parts with ids, the driver writes the output (CSV, netCDF, ...)
+    part_format: str = "arrow"
+    out_schema: pa.Schema | None = None
+    una_schema: pa.Schema | None = None
+    unb_schema: pa.Schema | None = None
     kill_once_partition: int | None = None
     kill_marker: str | None = None
 
@@ -202,7 +235,11 @@ class MergePlan:
 
 
 class _Rows:
-    """A growable int64 array (global row ids of a partition's stream, by local position)."""
+    """A growable array (global row ids of a partition's stream, by local position).
+
+    Appended by a reader thread, read by the engine thread: entries are written before the
+    batch that refers to them is handed over, and a reallocation copies them first.
+    """
 
     def __init__(self, dtype=np.int64):
         self.buf = np.empty(1 << 16, dtype=dtype)
@@ -213,41 +250,63 @@ class _Rows:
         if need > self.buf.size:
             new = np.empty(max(need, 2 * self.buf.size), dtype=self.buf.dtype)
             new[: self.n] = self.buf[: self.n]
+            new[self.n: need] = values
             self.buf = new
-        self.buf[self.n: need] = values
+        else:
+            self.buf[self.n: need] = values
         self.n = need
 
     def view(self) -> np.ndarray:
-        return self.buf[: self.n]
+        buf, n = self.buf, self.n
+        return buf[: min(n, buf.size)]
 
 
-def part_path(staging: str, kind: str, p: int) -> str:
-    return os.path.join(staging, f"{kind}-{p:05d}.arrow")
+PART_KINDS = ("pairs", "ua", "ub")
+
+
+def part_path(staging: str, kind: str, p: int, fmt: str = "arrow") -> str:
+    """Where partition ``p`` writes its part of ``kind`` (pairs, ua, ub); one folder per kind."""
+    return os.path.join(staging, kind, f"part-{p:05d}.{'parquet' if fmt == 'parquet' else 'arrow'}")
 
 
 class _PartWriter:
-    """An Arrow IPC file written to a temporary name and renamed on close (retries overwrite)."""
+    """A part file (Arrow IPC or Parquet) written to a temporary name and renamed on close
+    (a retried task simply replaces it)."""
 
-    def __init__(self, path: str, schema: pa.Schema):
+    def __init__(self, path: str, schema: pa.Schema, fmt: str = "arrow"):
         self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        self._sink = pa.OSFile(self.tmp, "wb")
-        self._w = pa.ipc.new_file(self._sink, schema)
+        self.schema = schema
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            from smerge.datasets.writers import parquet_options
+            from smerge.spark_parquet import PART_WRITE_OPTIONS
+
+            self._sink = None
+            self._w = pq.ParquetWriter(self.tmp, schema, **parquet_options(schema), **PART_WRITE_OPTIONS)
+        else:
+            self._sink = pa.OSFile(self.tmp, "wb")
+            self._w = pa.ipc.new_file(self._sink, schema)
         self.rows = 0
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
+            if batch.schema.names != self.schema.names:
+                batch = pa.RecordBatch.from_arrays([batch.column(n) for n in self.schema.names], schema=self.schema)
             self._w.write_batch(batch)
             self.rows += batch.num_rows
 
     def close(self) -> None:
         self._w.close()
-        self._sink.close()
+        if self._sink is not None:
+            self._sink.close()
         os.replace(self.tmp, self.path)
 
     def abort(self) -> None:
         try:
             self._w.close()
-            self._sink.close()
+            if self._sink is not None:
+                self._sink.close()
         finally:
             if os.path.exists(self.tmp):
                 os.unlink(self.tmp)
@@ -259,8 +318,9 @@ def _owner(bounds: np.ndarray, k1: np.ndarray) -> np.ndarray:
     return own
 
 
-def _stream(spec: SideSpec, runs, select, rows: _Rows, counters: dict) -> Iterator[pa.RecordBatch]:
-    """The partition's records of one input, in arrival order; their global ids go to ``rows``."""
+def _stream(spec: SideSpec, runs, select, rows: _Rows) -> Iterator[KeyedBatch]:
+    """The partition's records of one input in arrival order, with their key matrix; their
+    global ids go to ``rows``. Runs in a reader thread (the key matrix is computed there)."""
     src = spec.open()
     for start, stop in runs:
         row = start * spec.inner
@@ -268,15 +328,14 @@ def _stream(spec: SideSpec, runs, select, rows: _Rows, counters: dict) -> Iterat
             n = batch.num_rows
             g = np.arange(row, row + n, dtype=np.int64)
             row += n
-            mask = select(batch, g)
+            k = key_matrix(batch, spec.keys)
+            mask = select(k)
             if mask is None:
-                continue
-            if mask.all():
                 rows.extend(g)
-                yield batch
+                yield KeyedBatch(batch, k)
             elif mask.any():
                 rows.extend(g[mask])
-                yield batch.filter(pa.array(mask))
+                yield KeyedBatch(batch.filter(pa.array(mask)), np.ascontiguousarray(k[mask]))
 
 
 def _ipc_bytes(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes | None:
@@ -302,6 +361,9 @@ def run_partition(plan: MergePlan, p: int) -> dict:
     """
     try:
         return _run_partition(plan, p)
+    except KeyNaNError as e:
+        side = "a" if e.source == plan.source_a else "b"
+        return {"p": p, "error": (type(e).__name__, str(e), e.column, e.row, side)}
     except SmergeError as e:
         return {"p": p, "error": (type(e).__name__, str(e), getattr(e, "column", None), getattr(e, "row", None))}
 
@@ -319,22 +381,31 @@ def _maybe_kill(plan: MergePlan, p: int) -> None:
 
 
 def _run_partition(plan: MergePlan, p: int) -> dict:
+    from smerge.merge.output import pair_schema
+    from smerge.transport import BackgroundWriter, Prefetcher
+
     t0 = time.perf_counter()
     bounds = np.asarray(plan.bounds, dtype=np.float64)
     eps1 = plan.eps1
+    single = bounds.size == 0  # one partition: every record, nothing shared
     ga, gb = _Rows(), _Rows()
     b_shared, b_owned = _Rows(np.bool_), _Rows(np.bool_)
     counters = {"a": 0, "b_owned": 0, "b_shared_owned": 0, "b_visible": 0}
-    keys_a, keys_b = plan.a.keys, plan.b.keys
 
-    def select_a(batch, g):
-        k = key_columns(batch, keys_a[:1])[:, 0]
-        mask = _owner(bounds, k) == p
+    def select_a(k):
+        if single:
+            counters["a"] += k.shape[0]
+            return None
+        mask = _owner(bounds, k[:, 0]) == p
         counters["a"] += int(mask.sum())
         return mask
 
-    def select_b(batch, g):
-        k = key_columns(batch, keys_b)
+    def select_b(k):
+        n = k.shape[0]
+        if single:
+            counters["b_owned"] += n
+            counters["b_visible"] += n
+            return None
         k1 = k[:, 0]
         own = _owner(bounds, k1)
         with np.errstate(invalid="ignore"):
@@ -353,24 +424,25 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         counters["b_visible"] += int(vis.sum())
         return vis
 
-    a_it = _stream(plan.a, plan.runs_a[p], select_a, ga, counters)
-    b_it = _stream(plan.b, plan.runs_b[p], select_b, gb, counters)
+    a_it = Prefetcher(_stream(plan.a, plan.runs_a[p], select_a, ga), 4, "smerge-read-a")
+    b_it = Prefetcher(_stream(plan.b, plan.runs_b[p], select_b, gb), 4, "smerge-read-b")
     stats = MergeStats("cgm")
     params = plan.params
-    from smerge.merge.output import pair_schema
-
-    out_schema = pair_schema(plan.a.schema, plan.b.schema, with_ids=True)
-    una_schema = plan.a.schema.append(pa.field("a_row", pa.int64()))
-    unb_schema = plan.b.schema.append(pa.field("b_row", pa.int64()))
-    writers = {"pairs": _PartWriter(part_path(plan.staging, "pairs", p), out_schema)}
-    if plan.want_unmatched:
-        writers["ua"] = _PartWriter(part_path(plan.staging, "ua", p), una_schema)
-        writers["ub"] = _PartWriter(part_path(plan.staging, "ub", p), unb_schema)
+    fmt = plan.part_format
+    ids_schema = pair_schema(plan.a.schema, plan.b.schema, with_ids=True)
+    una_ids = plan.a.schema.append(pa.field("a_row", pa.int64()))
+    unb_ids = plan.b.schema.append(pa.field("b_row", pa.int64()))
+    if fmt == "parquet":
+        schemas = {"pairs": plan.out_schema, "ua": plan.una_schema, "ub": plan.unb_schema}
+    else:
+        schemas = {"pairs": ids_schema, "ua": una_ids, "ub": unb_ids}
+    kinds = PART_KINDS if plan.want_unmatched else PART_KINDS[:1]
+    writers = {k: _PartWriter(part_path(plan.staging, k, p, fmt), schemas[k], fmt) for k in kinds}
+    bg = BackgroundWriter(lambda item: writers[item[0]].write(item[1]), 4, "smerge-part-write")
     seam: list[pa.RecordBatch] = []
     seam_owned: list[np.ndarray] = []
     cand_b: list[pa.RecordBatch] = []
     final_pairs = 0
-    write_seconds = 0.0
 
     def remap(batch: pa.RecordBatch, col: str, table: np.ndarray) -> pa.RecordBatch:
         i = batch.schema.get_field_index(col)
@@ -378,48 +450,58 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         return batch.set_column(i, batch.schema.field(i), pa.array(table[local], pa.int64()))
 
     def sink(side: str, batch: pa.RecordBatch) -> None:
-        nonlocal write_seconds
         if not plan.want_unmatched:
             return
-        t = time.perf_counter()
         if side == "a":
-            writers["ua"].write(remap(batch, "a_row", ga.view()))
-        else:
-            local = batch.column("b_row").to_numpy()
-            sh, ow = b_shared.view()[local], b_owned.view()[local]
-            batch = remap(batch, "b_row", gb.view())
-            writers["ub"].write(batch.filter(pa.array(~sh)))
-            keep = sh & ow
-            if keep.any():
-                cand_b.append(batch.filter(pa.array(keep)))
-        write_seconds += time.perf_counter() - t
+            bg.put(("ua", remap(batch, "a_row", ga.view())))
+            return
+        if single:
+            bg.put(("ub", remap(batch, "b_row", gb.view())))
+            return
+        local = batch.column("b_row").to_numpy()
+        sh, ow = b_shared.view()[local], b_owned.view()[local]
+        batch = remap(batch, "b_row", gb.view())
+        bg.put(("ub", batch.filter(pa.array(~sh))))
+        keep = sh & ow
+        if keep.any():
+            cand_b.append(batch.filter(pa.array(keep)))
 
     try:
-        for batch in cgm_merge(a_it, b_it, params, schema_a=plan.a.schema, schema_b=plan.b.schema, stats=stats,
-                               unmatched=sink, source_a=plan.source_a, source_b=plan.source_b):
-            t = time.perf_counter()
-            lb = batch.column("b_row").to_numpy()
-            sh, ow = b_shared.view()[lb], b_owned.view()[lb]
-            batch = remap(remap(batch, "a_row", ga.view()), "b_row", gb.view())
-            fin = ~sh
-            if fin.all():
-                writers["pairs"].write(batch)
-                final_pairs += batch.num_rows
-            else:
-                writers["pairs"].write(batch.filter(pa.array(fin)))
-                final_pairs += int(fin.sum())
-                seam.append(batch.filter(pa.array(sh)))
-                seam_owned.append(ow[sh])
-            _maybe_kill(plan, p)
-            write_seconds += time.perf_counter() - t
-        t = time.perf_counter()
+        try:
+            for batch in cgm_merge(a_it, b_it, params, schema_a=plan.a.schema, schema_b=plan.b.schema, stats=stats,
+                                   unmatched=sink, source_a=plan.source_a, source_b=plan.source_b):
+                if single:
+                    bg.put(("pairs", remap(remap(batch, "a_row", ga.view()), "b_row", gb.view())))
+                    final_pairs += batch.num_rows
+                    _maybe_kill(plan, p)
+                    continue
+                lb = batch.column("b_row").to_numpy()
+                sh, ow = b_shared.view()[lb], b_owned.view()[lb]
+                batch = remap(remap(batch, "a_row", ga.view()), "b_row", gb.view())
+                fin = ~sh
+                if fin.all():
+                    bg.put(("pairs", batch))
+                    final_pairs += batch.num_rows
+                else:
+                    bg.put(("pairs", batch.filter(pa.array(fin))))
+                    final_pairs += int(fin.sum())
+                    seam.append(batch.filter(pa.array(sh)))
+                    seam_owned.append(ow[sh])
+                _maybe_kill(plan, p)
+        except KeyNaNError as e:  # the engine saw a local row id: report the global one
+            g = (ga if e.source == plan.source_a else gb).view()
+            raise KeyNaNError(e.column, int(g[e.row]) if 0 <= e.row < g.size else e.row, e.source) from None
+        bg.close()
         for w in writers.values():
             w.close()
-        write_seconds += time.perf_counter() - t
     except BaseException:
+        bg.cancel()
         for w in writers.values():
             w.abort()
         raise
+    finally:
+        a_it.close()
+        b_it.close()
     _maybe_kill(plan, p)
     return {
         "p": p,
@@ -434,13 +516,10 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         "passes": stats.passes,
         "kappas": list(stats.kappas),
         "merge_seconds": stats.merge_seconds,
-        "write_seconds": write_seconds,
+        "write_seconds": bg.busy_seconds,
+        "read_seconds": max(a_it.busy_seconds, b_it.busy_seconds),
         "task_seconds": time.perf_counter() - t0,
-        "seam": _ipc_bytes(seam, out_schema),
+        "seam": _ipc_bytes(seam, ids_schema),
         "seam_owned": np.concatenate(seam_owned).tobytes() if seam_owned else b"",
-        "cand_b": _ipc_bytes(cand_b, unb_schema),
+        "cand_b": _ipc_bytes(cand_b, unb_ids),
     }
-
-
-def with_ids(params: CGMParams) -> CGMParams:
-    return replace(params, with_ids=True)

@@ -17,13 +17,25 @@ from smerge.errors import OutputError, UsageError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
            ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf"}
+# A directory of Parquet part files: -o ending with "/" or without extension, or --format parquet-dataset.
+DATASET_FORMAT = "parquet-dataset"
+
+
+def is_dataset_path(path: str, fmt: str | None = None) -> bool:
+    """True when ``path`` names a Parquet dataset directory (see ``DATASET_FORMAT``)."""
+    if fmt:
+        return fmt == DATASET_FORMAT
+    return path.endswith(("/", os.sep)) or not os.path.splitext(path.rstrip("/" + os.sep))[1]
 
 
 def format_for(path: str, fmt: str | None = None) -> str:
     if fmt:
-        if fmt not in set(FORMATS.values()):
-            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf")
+        if fmt not in set(FORMATS.values()) | {DATASET_FORMAT}:
+            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf, "
+                             f"{DATASET_FORMAT}")
         return fmt
+    if is_dataset_path(path):
+        return DATASET_FORMAT
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise UsageError(
@@ -35,7 +47,13 @@ def format_for(path: str, fmt: str | None = None) -> str:
 
 def check_output_path(path: str, *, overwrite: bool) -> None:
     """Fail early: the output exists without ``overwrite``, or its directory is not writable."""
-    if os.path.isdir(path):
+    if is_dataset_path(path):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise OutputError(f"output {path!r} is a file, not a dataset directory; choose another -o")
+        if os.path.exists(path) and not overwrite:
+            raise OutputError(f"output {path!r} already exists; pass --overwrite to replace it or choose another -o")
+        path = path.rstrip("/" + os.sep)
+    elif os.path.isdir(path):
         raise OutputError(f"output {path!r} is a directory; name a file")
     if os.path.exists(path) and not overwrite:
         raise OutputError(f"output {path!r} already exists; pass --overwrite to replace it or choose another -o")
@@ -99,12 +117,73 @@ class Output:
             self.abort()
 
 
+def replace_dir(staging: str, target: str) -> None:
+    """Move the finished directory ``staging`` to ``target`` (an existing one is replaced)."""
+    import shutil
+    import uuid
+
+    target = target.rstrip("/" + os.sep)
+    old = None
+    if os.path.lexists(target):
+        old = f"{target}.smerge-old-{uuid.uuid4().hex[:8]}"
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class DatasetOutput(Output):
+    """A Parquet dataset directory (part files), written in a hidden staging directory beside
+    the target and moved into place on ``commit()``. In-process runs write one part."""
+
+    def __init__(self, path: str, schema: pa.Schema, fmt: str = DATASET_FORMAT, *, overwrite: bool = False,
+                 **options: Any):
+        import shutil
+
+        check_output_path(path, overwrite=overwrite)
+        self.path, self.schema, self.format = path.rstrip("/" + os.sep), schema, fmt
+        d = os.path.dirname(os.path.abspath(self.path))
+        try:
+            self.tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(self.path)}.", suffix=".smerge-tmp", dir=d)
+        except OSError as e:
+            raise OutputError(f"cannot write in {d!r} ({e.strerror}); choose another -o") from None
+        self.rows = 0
+        self._done = False
+        try:
+            self._w = _ParquetWriter(os.path.join(self.tmp, "part-00000.parquet"), schema)
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+
+    def commit(self) -> None:
+        if self._done:
+            return
+        self._w.close()
+        replace_dir(self.tmp, self.path)
+        self._done = True
+
+    def abort(self) -> None:
+        import shutil
+
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._w.close()
+        except Exception:
+            pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def open_output(path: str, schema: pa.Schema, *, fmt: str | None = None, overwrite: bool = False, **options: Any) -> Output:
     """An atomic writer for ``path``; the format from ``fmt`` or the extension.
 
     netCDF output takes ``template`` (A's ``InputSource``) and optionally ``template_b``.
     """
-    return Output(path, schema, format_for(path, fmt), overwrite=overwrite, **options)
+    fmt = format_for(path, fmt)
+    if fmt == DATASET_FORMAT:
+        return DatasetOutput(path, schema, fmt, overwrite=overwrite)
+    return Output(path, schema, fmt, overwrite=overwrite, **options)
 
 
 def parquet_options(schema: pa.Schema) -> dict:
