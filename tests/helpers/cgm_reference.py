@@ -65,8 +65,8 @@ def cgm_reference(keys_a, keys_b, n, ka, kb, eps):
         eb = max(0, kb - m) if b_behind else 0
         ua += [r[1] for r in wa[:ea]]
         ub += [r[1] for r in wb[:eb]]
+        passes.append((m, m + len(wa[:ea])))  # pairs, A records retired
         wa, wb = wa[ea:], wb[eb:]
-        passes.append((m, m + min(ea, ea)))
     ua += [r[1] for r in wa] + [r[1] for r in A[pa:]]
     ub += [r[1] for r in wb] + [r[1] for r in B[pb:]]
     return pairs, ua, ub, passes

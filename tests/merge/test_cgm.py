@@ -146,7 +146,8 @@ def test_engine_equals_reference_and_invariants(case):
     p = params(keys=names, eps=eps, n=n, ka=ka, kb=kb, with_ids=True)
     res, stats, un = run(a, b, p, batch=batch)
     pairs = list(zip(res["a_row"].to_pylist(), res["b_row"].to_pylist())) if res is not None else []
-    ref_pairs, ref_ua, ref_ub, _ = cgm_reference(a, b, n, ka, kb, eps)
+    ref_pairs, ref_ua, ref_ub, ref_passes = cgm_reference(a, b, n, ka, kb, eps)
+    assert stats.passes == len(ref_passes)
     # Oracle equality: the same pairs in the same order.
     assert pairs == ref_pairs
     # Every pair within eps on every key.
