@@ -4,10 +4,13 @@
                                           [--repeat 2] [--write]
 
 Every configuration runs the real CLI (`smerge cgm A B --json`) in a fresh process:
-`--local`, `--master local[1]` and `--master local[2]` on the same NCAR-like inputs (`smerge gen`,
-5% randomized, point lists). "job" is the run's `total_seconds` (everything after the Spark
-session is up: planning scan, merge job, output assembly); session start is reported apart.
-The best of `--repeat` runs is kept (the machine is shared; noise only makes runs slower).
+`--local`, `--master local[1]` and `--master local[2]` (single Parquet file), `local[2]` writing a
+Parquet dataset folder, and `local[1]`/`local[2]` with the task's reader/writer threads off
+(`--conf smerge.task.prefetch=false`: one thread per task, Spark's own parallelism only), on
+the same NCAR-like inputs (`smerge gen`, 5% randomized, point lists). "job" is the run's
+`total_seconds` (everything after the Spark session is up: planning, merge job, output
+assembly); session start is reported apart. Runs are interleaved (round r runs every
+configuration once) and the best of `--repeat` rounds is kept (noise only makes runs slower).
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ def gen(path: str, records: int, seed: int) -> None:
 
 def run(a: str, b: str, out: str, mode: list[str]) -> dict:
     t = time.perf_counter()
+    if "--dataset" in mode:
+        mode = [m for m in mode if m != "--dataset"]
+        out = os.path.splitext(out)[0] + "-ds/"
     r = subprocess.run([*SMERGE, "cgm", a, b, "-o", out, "--overwrite", "--json", *mode], capture_output=True, text=True)
     wall = time.perf_counter() - t
     if r.returncode != 0:
@@ -51,9 +57,16 @@ def run(a: str, b: str, out: str, mode: list[str]) -> dict:
     return s
 
 
-def best(a, b, out, mode, repeat) -> dict:
-    runs = [run(a, b, out, mode) for _ in range(repeat)]
-    return min(runs, key=lambda s: s["total_seconds"])
+def best_of(a, b, out, modes: dict, repeat: int) -> dict:
+    """Every mode once per round (interleaved), best total_seconds per mode."""
+    runs: dict = {name: [] for name in modes}
+    for _ in range(repeat):
+        for name, mode in modes.items():
+            runs[name].append(run(a, b, out, mode))
+    return {name: min(rs, key=lambda s: s["total_seconds"]) for name, rs in runs.items()}
+
+
+NOPF = ["--conf", "smerge.task.prefetch=false"]
 
 
 def main() -> None:
@@ -73,38 +86,48 @@ def main() -> None:
     gen(a, n, 1)
     gen(b, n, 2)
     out = os.path.join(args.dir, "out.parquet")
-    res = {name: best(a, b, out, mode, args.repeat) for name, mode in
-           (("--local", ["--local"]), ("local[1]", ["--master", "local[1]"]), ("local[2]", ["--master", "local[2]"]))}
+    res = best_of(a, b, out, {
+        "--local": ["--local"], "local[1]": ["--master", "local[1]"], "local[2]": ["--master", "local[2]"],
+        "local[2] dataset": ["--master", "local[2]", "--dataset"],
+        "local[1] 1 thread/task": ["--master", "local[1]", *NOPF],
+        "local[2] 1 thread/task": ["--master", "local[2]", *NOPF]}, args.repeat)
     loc = res["--local"]["total_seconds"]
     lines += [f"### {n / 1e6:g}M + {n / 1e6:g}M records (point lists, 5% randomized, eps 0)", "",
-              "| run | job s | vs --local | session start s | plan s | merge job s | assemble s | partitions | matched | process wall s |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+              "| run | job s | vs --local | session start s | plan s (how) | merge job s | slowest task s | assemble s | partitions | matched | process wall s |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, s in res.items():
         sp = s.get("execution") == "spark"
+        how = s.get("plan", {}).get("a", "-")
         lines.append(f"| {name} | {s['total_seconds']:.2f} | {s['total_seconds'] / loc:.2f}x | "
-                     f"{s.get('session_start_seconds', 0):.2f} | {s.get('plan_seconds', 0):.2f} | "
+                     f"{s.get('session_start_seconds', 0):.2f} | {s.get('plan_seconds', 0):.2f} ({how}) | "
                      f"{s.get('spark_job_seconds', 0) if sp else s['merge_seconds']:.2f} | "
+                     f"{max(s.get('task_seconds') or [0]):.2f} | "
                      f"{s.get('assemble_seconds', 0):.2f} | {s.get('partitions', '-')} | {s['matched']:,} | {s['wall']:.1f} |")
     sp1, sp2 = res["local[1]"]["total_seconds"], res["local[2]"]["total_seconds"]
+    n1, n2 = res["local[1] 1 thread/task"]["total_seconds"], res["local[2] 1 thread/task"]["total_seconds"]
+    ds = res["local[2] dataset"]["total_seconds"]
     lines += ["", f"- local[2] vs local[1]: **{sp1 / sp2:.2f}x** faster (target >= 1.6x: "
-              f"{'met' if sp1 / sp2 >= 1.6 else 'missed'}).",
-              f"- local[2] job vs --local: **{sp2 / loc:.2f}x** (target <= 1.5x: {'met' if sp2 / loc <= 1.5 else 'missed'}).",
+              f"{'met' if sp1 / sp2 >= 1.6 else 'missed'}); with one thread per task: **{n1 / n2:.2f}x**.",
+              f"- local[2] job vs --local: **{sp2 / loc:.2f}x** (target <= 1.5x: {'met' if sp2 / loc <= 1.5 else 'missed'}); "
+              f"writing a dataset folder: **{ds / loc:.2f}x**.",
               ""]
 
     sizes = [int(float(x)) for x in args.growth.split(",") if x]
     if sizes:
         lines += ["### Cost growth, local[2] (job seconds per million records of A)", "",
-                  "| records per input | --local s | local[2] job s | local[2] us/record | vs smallest |", "|---|---|---|---|---|"]
+                  "| records per input | --local s | local[2] job s | local[2] us/record | vs smallest | local[2] / --local |",
+                  "|---|---|---|---|---|---|"]
         base = None
         for m in sizes:
             ga, gb = (os.path.join(args.dir, f"{s}{m}.nc") for s in ("a", "b"))
             gen(ga, m, 1)
             gen(gb, m, 2)
-            lo = best(ga, gb, out, ["--local"], args.repeat)
-            s2 = best(ga, gb, out, ["--master", "local[2]"], args.repeat)
+            r = best_of(ga, gb, out, {"lo": ["--local"], "s2": ["--master", "local[2]"]}, args.repeat)
+            lo, s2 = r["lo"], r["s2"]
             per = s2["total_seconds"] / m * 1e6
             base = base or per
-            lines.append(f"| {m / 1e6:g}M | {lo['total_seconds']:.2f} | {s2['total_seconds']:.2f} | {per:.3f} | {per / base:.2f}x |")
+            lines.append(f"| {m / 1e6:g}M | {lo['total_seconds']:.2f} | {s2['total_seconds']:.2f} | {per:.3f} | "
+                         f"{per / base:.2f}x | {s2['total_seconds'] / lo['total_seconds']:.2f}x |")
         lines.append("")
     text = "\n".join(lines)
     print(text)

@@ -99,7 +99,7 @@ def make_job(j: dict[str, Any]):
         eps=eps, window_size=j.get("window", 5000), least_increment_a=j.get("increment_a", inc),
         least_increment_b=j.get("increment_b", inc), with_ids=j.get("with_ids", False),
         nan_keys=j.get("nan_keys", "error"), delta=j.get("delta"), delta_windows=j.get("delta_windows", 10),
-        unmatched=j.get("unmatched"), stats=j.get("stats") or f"{output}.stats.json",
+        unmatched=j.get("unmatched"), stats=j.get("stats") or f"{output.rstrip('/' + os.sep)}.stats.json",
         kappa_max=j.get("kappa_max", False), overwrite=j.get("overwrite", False),
         command=f"smerge batch (job {j['name']})",
     )

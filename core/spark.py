@@ -4,14 +4,17 @@
 Spark tasks, one task per range of the leading key (see ``smerge.spark_tasks`` for the
 co-partitioning and ownership rule), and returns the same statistics dict.
 
-Flow: (1) a planning job, on the executors, scans both inputs by chunks of the outermost
-dimension: per chunk the count, the range of the leading key, NaN keys and a sample;
-(2) the driver picks P - 1 boundaries from the sample; (3) the merge job runs one task per
-range; every task reads only the chunks that can hold its records, runs the engine and writes
-its final pairs and unmatched records to Arrow part files in a staging directory next to the
-output; seam pairs (with a B record near a boundary) come back to the driver, which keeps at
-most one pair per record; (4) the driver assembles the output atomically (one file, like
-``--local``) and removes the staging directory, also when anything fails.
+Flow: (1) planning, only when P > 1: per chunk of the outermost dimension the count and the
+range of the leading key k1 -- from the file's metadata for gridded inputs keyed by their
+outer coordinate, else from a scan of k1 alone on the executors; (2) the driver picks P - 1
+boundaries; (3) the merge job runs one task per range; every task reads only the chunks that
+can hold its records, runs the engine (reader threads and a background writer inside the
+task) and writes its final pairs and unmatched records as part files (Parquet parts of the
+final output when the output is Parquet, else Arrow IPC); seam pairs (with a B record near a
+boundary) come back to the driver, which keeps at most one pair per record; (4) the driver
+finishes the output atomically: a Parquet dataset folder is the parts renamed into place, a
+single Parquet file is the parts joined byte-for-byte (``smerge.spark_parquet``), other
+formats are written from the Arrow parts; the staging directory is removed also on failure.
 """
 
 from __future__ import annotations
@@ -368,6 +371,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
                      part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
                      una_schema=una_schema, unb_schema=unb_schema,
+                     prefetch=own.get("smerge.task.prefetch", "true").lower() not in ("false", "0", "no", "off"),
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
@@ -565,7 +569,7 @@ def _finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], s
                 ready.append((folder, target, True))
                 continue
             tmp = os.path.join(plan.staging, f"{kind}.joined.parquet")
-            concat_parquet(paths, tmp, schema)
+            concat_parquet(paths, tmp, schema, take_first=True)
             ready.append((tmp, target, False))
     except ParquetConcatError as e:
         raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None

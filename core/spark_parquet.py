@@ -225,11 +225,13 @@ def _shift_row_group(rg: list, shift: int, ordinal: int, path: str) -> None:
                         raise ParquetConcatError(f"{path}: has bloom filters; cannot join it")
 
 
-def concat_parquet(parts: list[str], out_path: str, schema: pa.Schema) -> int:
+def concat_parquet(parts: list[str], out_path: str, schema: pa.Schema, *, take_first: bool = False) -> int:
     """Join Parquet ``parts`` (same schema, in order) into ``out_path``; return the row count.
 
     No data is decoded: the parts' column chunks are copied as bytes and one footer is written.
-    An empty list gives a valid empty file of ``schema``.
+    ``take_first``: the first part is moved to ``out_path`` and extended in place (its bytes are
+    not copied; it must be on the same filesystem and is consumed). An empty list gives a valid
+    empty file of ``schema``.
     """
     import pyarrow.parquet as pq
 
@@ -244,10 +246,15 @@ def concat_parquet(parts: list[str], out_path: str, schema: pa.Schema) -> int:
         if _writer_bytes(_field(m, 2)) != schema_bytes:
             raise ParquetConcatError(f"{p}: its Parquet schema differs from {parts[0]}'s")
     row_groups, num_rows = [], 0
-    with open(out_path, "wb", buffering=0) as out:
-        out.write(MAGIC)
+    first_kept = False
+    if take_first:
+        os.replace(parts[0], out_path)
+        first_kept = True
+    with open(out_path, "r+b" if first_kept else "wb", buffering=0) as out:
+        if not first_kept:
+            out.write(MAGIC)
         pos = len(MAGIC)
-        for (meta, footer_start), p in zip(metas, parts):
+        for i, ((meta, footer_start), p) in enumerate(zip(metas, parts)):
             shift = pos - len(MAGIC)
             rgs = _field(meta, _FMD_ROW_GROUPS)
             for rg in (rgs[2][1] if rgs else []):
@@ -255,10 +262,12 @@ def concat_parquet(parts: list[str], out_path: str, schema: pa.Schema) -> int:
                 row_groups.append(rg)
             num_rows += _field(meta, _FMD_NUM_ROWS)[2]
             n = footer_start - len(MAGIC)
-            with open(p, "rb", buffering=0) as src:
-                _copy(src.fileno(), out.fileno(), len(MAGIC), pos, n)
+            if not (i == 0 and first_kept):
+                with open(p, "rb", buffering=0) as src:
+                    _copy(src.fileno(), out.fileno(), len(MAGIC), pos, n)
             pos += n
         out.seek(pos)
+        out.truncate()
         merged = [list(f) for f in first]
         for f in merged:
             if f[0] == _FMD_NUM_ROWS:

@@ -226,6 +226,7 @@ class MergePlan:
     out_schema: pa.Schema | None = None
     una_schema: pa.Schema | None = None
     unb_schema: pa.Schema | None = None
+    prefetch: bool = True  # reader threads and a background part writer inside the task
     kill_once_partition: int | None = None
     kill_marker: str | None = None
 
@@ -330,12 +331,53 @@ def _stream(spec: SideSpec, runs, select, rows: _Rows) -> Iterator[KeyedBatch]:
             row += n
             k = key_matrix(batch, spec.keys)
             mask = select(k)
-            if mask is None:
-                rows.extend(g)
+            if mask is None or mask.all():
+                if rows is not None:
+                    rows.extend(g)
                 yield KeyedBatch(batch, k)
             elif mask.any():
                 rows.extend(g[mask])
                 yield KeyedBatch(batch.filter(pa.array(mask)), np.ascontiguousarray(k[mask]))
+
+
+class _Inline:
+    """An iterator with the Prefetcher's interface, read in the caller's thread."""
+
+    def __init__(self, it):
+        self._it, self.busy_seconds = iter(it), 0.0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        t = time.perf_counter()
+        try:
+            return next(self._it)
+        finally:
+            self.busy_seconds += time.perf_counter() - t
+
+    def close(self) -> None:
+        close = getattr(self._it, "close", None)
+        if close is not None:
+            close()
+
+
+class _InlineWriter:
+    """A BackgroundWriter's interface, writing in the caller's thread."""
+
+    def __init__(self, write):
+        self._write, self.busy_seconds = write, 0.0
+
+    def put(self, item) -> None:
+        t = time.perf_counter()
+        self._write(item)
+        self.busy_seconds += time.perf_counter() - t
+
+    def close(self) -> None:
+        pass
+
+    def cancel(self) -> None:
+        pass
 
 
 def _ipc_bytes(batches: list[pa.RecordBatch], schema: pa.Schema) -> bytes | None:
@@ -424,11 +466,16 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         counters["b_visible"] += int(vis.sum())
         return vis
 
-    a_it = Prefetcher(_stream(plan.a, plan.runs_a[p], select_a, ga), 4, "smerge-read-a")
-    b_it = Prefetcher(_stream(plan.b, plan.runs_b[p], select_b, gb), 4, "smerge-read-b")
+    # One partition reads every record in order: local ids are the global row ids already.
+    a_it = _Inline(_stream(plan.a, plan.runs_a[p], select_a, None if single else ga))
+    b_it = _Inline(_stream(plan.b, plan.runs_b[p], select_b, None if single else gb))
+    if plan.prefetch:
+        a_it, b_it = Prefetcher(a_it, 4, "smerge-read-a"), Prefetcher(b_it, 4, "smerge-read-b")
     stats = MergeStats("cgm")
-    params = plan.params
     fmt = plan.part_format
+    params = plan.params
+    if single and fmt == "parquet":  # no id columns unless the output has them (as --local)
+        params = replace(params, with_ids="a_row" in plan.out_schema.names)
     ids_schema = pair_schema(plan.a.schema, plan.b.schema, with_ids=True)
     una_ids = plan.a.schema.append(pa.field("a_row", pa.int64()))
     unb_ids = plan.b.schema.append(pa.field("b_row", pa.int64()))
@@ -438,29 +485,36 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         schemas = {"pairs": ids_schema, "ua": una_ids, "ub": unb_ids}
     kinds = PART_KINDS if plan.want_unmatched else PART_KINDS[:1]
     writers = {k: _PartWriter(part_path(plan.staging, k, p, fmt), schemas[k], fmt) for k in kinds}
-    bg = BackgroundWriter(lambda item: writers[item[0]].write(item[1]), 4, "smerge-part-write")
+    write = lambda item: writers[item[0]].write(item[1])  # noqa: E731
+    bg = BackgroundWriter(write, 4, "smerge-part-write") if plan.prefetch else _InlineWriter(write)
     seam: list[pa.RecordBatch] = []
     seam_owned: list[np.ndarray] = []
     cand_b: list[pa.RecordBatch] = []
     final_pairs = 0
 
-    def remap(batch: pa.RecordBatch, col: str, table: np.ndarray) -> pa.RecordBatch:
+    # Local ids (positions in this task's streams) become global row ids. With one partition
+    # they already are; pairs written without ids need no mapping except seam pairs.
+    ids_out = fmt != "parquet" or "a_row" in plan.out_schema.names
+
+    def remap(batch: pa.RecordBatch, col: str, rows: _Rows) -> pa.RecordBatch:
+        if single:
+            return batch
         i = batch.schema.get_field_index(col)
         local = batch.column(i).to_numpy()
-        return batch.set_column(i, batch.schema.field(i), pa.array(table[local], pa.int64()))
+        return batch.set_column(i, batch.schema.field(i), pa.array(rows.view()[local], pa.int64()))
 
     def sink(side: str, batch: pa.RecordBatch) -> None:
         if not plan.want_unmatched:
             return
         if side == "a":
-            bg.put(("ua", remap(batch, "a_row", ga.view())))
+            bg.put(("ua", remap(batch, "a_row", ga)))
             return
         if single:
-            bg.put(("ub", remap(batch, "b_row", gb.view())))
+            bg.put(("ub", batch))
             return
         local = batch.column("b_row").to_numpy()
         sh, ow = b_shared.view()[local], b_owned.view()[local]
-        batch = remap(batch, "b_row", gb.view())
+        batch = remap(batch, "b_row", gb)
         bg.put(("ub", batch.filter(pa.array(~sh))))
         keep = sh & ow
         if keep.any():
@@ -471,24 +525,27 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
             for batch in cgm_merge(a_it, b_it, params, schema_a=plan.a.schema, schema_b=plan.b.schema, stats=stats,
                                    unmatched=sink, source_a=plan.source_a, source_b=plan.source_b):
                 if single:
-                    bg.put(("pairs", remap(remap(batch, "a_row", ga.view()), "b_row", gb.view())))
+                    bg.put(("pairs", batch))
                     final_pairs += batch.num_rows
                     _maybe_kill(plan, p)
                     continue
                 lb = batch.column("b_row").to_numpy()
-                sh, ow = b_shared.view()[lb], b_owned.view()[lb]
-                batch = remap(remap(batch, "a_row", ga.view()), "b_row", gb.view())
-                fin = ~sh
-                if fin.all():
-                    bg.put(("pairs", batch))
+                sh = b_shared.view()[lb]
+                if not sh.any():
+                    bg.put(("pairs", remap(remap(batch, "a_row", ga), "b_row", gb) if ids_out else batch))
                     final_pairs += batch.num_rows
                 else:
-                    bg.put(("pairs", batch.filter(pa.array(fin))))
+                    ow = b_owned.view()[lb]
+                    fin = ~sh
+                    mapped = remap(remap(batch, "a_row", ga), "b_row", gb)
+                    bg.put(("pairs", mapped.filter(pa.array(fin))))
                     final_pairs += int(fin.sum())
-                    seam.append(batch.filter(pa.array(sh)))
+                    seam.append(mapped.filter(pa.array(sh)))
                     seam_owned.append(ow[sh])
                 _maybe_kill(plan, p)
         except KeyNaNError as e:  # the engine saw a local row id: report the global one
+            if single:
+                raise
             g = (ga if e.source == plan.source_a else gb).view()
             raise KeyNaNError(e.column, int(g[e.row]) if 0 <= e.row < g.size else e.row, e.source) from None
         bg.close()

@@ -106,3 +106,11 @@ def test_batch_bad_file_exit_2_before_spark(tmp_path, body, msg):
     r = run("batch", "j.toml", cwd=tmp_path)
     assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "j.summary.json").exists()
+
+
+def test_dataset_output_job_keeps_its_stats_beside_the_folder(tmp_path):
+    from smerge.cli.batch import make_job
+
+    job = make_job({"name": "j", "a": str(tmp_path / "a.nc"), "b": str(tmp_path / "b.nc"),
+                    "output": str(tmp_path / "out") + "/"})
+    assert job.stats == str(tmp_path / "out.stats.json")

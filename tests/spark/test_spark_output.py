@@ -59,6 +59,10 @@ def test_concat_parquet_equals_concatenated_tables(tmp_path):
     assert pq.read_table(out, filters=[("n", "=", 2)]).num_rows == int((want["n"].to_numpy() == 2).sum())
     total = duckdb.sql(f"select count(*), sum(x) from '{out}'").fetchall()[0]
     assert total[0] == 5822 and total[1] == pytest.approx(float(want["x"].to_numpy().sum()))
+    # the first part moved and extended in place gives the same file
+    moved = str(tmp_path / "moved.parquet")
+    assert concat_parquet([p for p, _ in parts], moved, SCHEMA, take_first=True) == 5822
+    assert not os.path.exists(parts[0][0]) and pq.read_table(moved).equals(want)
     # no parts: an empty file with the schema
     empty = str(tmp_path / "empty.parquet")
     assert concat_parquet([], empty, SCHEMA) == 0 and pq.read_table(empty).schema.equals(SCHEMA)
