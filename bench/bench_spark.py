@@ -69,6 +69,52 @@ def best_of(a, b, out, modes: dict, repeat: int) -> dict:
 NOPF = ["--conf", "smerge.task.prefetch=false"]
 
 
+def _count_rows(batches):
+    import pyarrow as pa
+
+    n = 0
+    for b in batches:
+        n += b.num_rows
+    yield pa.RecordBatch.from_pydict({"rows": [n]})
+
+
+def shuffle_vs_slabs(a: str, b: str, out: str, repeat: int) -> list[str]:
+    """Slab pairing (the CGM plan: each task reads its slabs of A and B, no shuffle) against
+    the data movement of a shuffle plan (netCDF data source -> key-range partition id in the
+    JVM -> repartition -> sort by (pid, src, row) -> mapInArrow), in one warm local[2] session.
+    The shuffle side runs no engine and writes nothing: it is a lower bound of that plan."""
+    from pyspark.sql import functions as F
+
+    from smerge.jobs import CGMJob, prepare
+    from smerge.spark import run_cgm_spark, start_session
+    from smerge.spark_netcdf import register
+
+    spark = start_session("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    register(spark)
+    slab, shuffle = [], []
+    for _ in range(repeat + 1):  # the first round warms the session
+        st = run_cgm_spark(prepare(CGMJob(a=a, b=b, output=out, overwrite=True)), partitions=2, spark=spark)
+        slab.append(st["total_seconds"])
+        bounds = st["bounds"]
+        t = time.perf_counter()
+        dfs = []
+        for tag, path in (("a", a), ("b", b)):
+            df = spark.read.format("smerge_netcdf").option("path", path).option("numPartitions", 2).load()
+            k1 = df.columns[0]
+            pid = sum(((F.col(k1) >= F.lit(x)).cast("int") for x in bounds), F.lit(0))
+            dfs.append(df.withColumn("pid", pid).withColumn("src", F.lit(tag)))
+        rows = (dfs[0].unionByName(dfs[1]).repartition(2, "pid").sortWithinPartitions("pid", "src", "_row")
+                .mapInArrow(_count_rows, "rows long").collect())
+        shuffle.append(time.perf_counter() - t)
+        assert sum(r.rows for r in rows) == st["a_records"] + st["b_records"]
+    spark.stop()
+    s, m = min(slab[1:]), min(shuffle[1:])
+    return ["| plan (local[2], warm session, 2 partitions) | seconds |", "|---|---|",
+            f"| slab pairing: whole CGM run (plan + merge job + single-file output) | {s:.2f} |",
+            f"| shuffle: data source read + repartition + sort + mapInArrow, no engine, no output | {m:.2f} |",
+            "", f"Shuffle data movement alone / slab pairing whole run: **{m / s:.2f}x**."]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", default="/tmp/smerge-bench")
@@ -76,7 +122,16 @@ def main() -> None:
     ap.add_argument("--growth", default="1e6,4e6,16e6")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--write", action="store_true", help="write the results into BENCHMARKS.md")
+    ap.add_argument("--shuffle", action="store_true",
+                    help="only measure slab pairing against a shuffle plan (prints a table; no --write)")
     args = ap.parse_args()
+    if args.shuffle:
+        n = int(args.records)
+        a, b = (os.path.join(args.dir, f"{s}{n}.nc") for s in ("a", "b"))
+        gen(a, n, 1)
+        gen(b, n, 2)
+        print("\n".join(shuffle_vs_slabs(a, b, os.path.join(args.dir, "out-shuffle.parquet"), args.repeat)))
+        return
     os.makedirs(args.dir, exist_ok=True)
     lines = [f"Machine: {machine()}. Reproduce: `.venv/bin/python bench/bench_spark.py --write` "
              f"(repeat {args.repeat}, best run kept; load average at start {os.getloadavg()[0]:.1f}).", ""]
