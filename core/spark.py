@@ -120,8 +120,12 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
 
 
 def _warm(_):
+    import pyarrow.parquet  # noqa: F401 - the part writer
+    import smerge.datasets.netcdf  # noqa: F401 - netCDF4 and HDF5
+    import smerge.datasets.parquet  # noqa: F401
     import smerge.merge._kernel  # noqa: F401 - numba and the cached kernels
     import smerge.spark_tasks  # noqa: F401
+    import smerge.transport  # noqa: F401
 
     return [os.getpid()]
 

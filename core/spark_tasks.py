@@ -95,12 +95,16 @@ class ChunkStats:
     sample: np.ndarray = field(default_factory=lambda: np.empty(0))
 
 
+SCAN_BATCH_CHUNKS = 8  # the k1 scan reads this many chunks per call (one key column: small)
+
+
 def _open_k1(spec: SideSpec):
     """The input reduced to its leading key when the format allows it (same rows), else ``open_keys``."""
     from smerge.datasets import open_input
 
     try:
-        src = open_input(spec.path, keys=spec.keys[:1], variables=spec.keys[:1], batch_rows=spec.batch_rows)
+        src = open_input(spec.path, keys=spec.keys[:1], variables=spec.keys[:1],
+                         batch_rows=spec.step * spec.inner * SCAN_BATCH_CHUNKS)
         if (tuple(src.schema.names) == spec.keys[:1] and src.outer_size == spec.outer
                 and src.inner_size == spec.inner):
             return src
