@@ -170,8 +170,8 @@ def main() -> None:
     sizes = [int(float(x)) for x in args.growth.split(",") if x]
     if sizes:
         lines += ["### Cost growth, local[2] (job seconds per million records of A)", "",
-                  "| records per input | --local s | local[2] job s | local[2] us/record | vs smallest | local[2] / --local |",
-                  "|---|---|---|---|---|---|"]
+                  "| records per input | --local s | local[2] job s | partitions | local[2] us/record | vs smallest | local[2] / --local |",
+                  "|---|---|---|---|---|---|---|"]
         base = None
         for m in sizes:
             ga, gb = (os.path.join(args.dir, f"{s}{m}.nc") for s in ("a", "b"))
@@ -181,7 +181,7 @@ def main() -> None:
             lo, s2 = r["lo"], r["s2"]
             per = s2["total_seconds"] / m * 1e6
             base = base or per
-            lines.append(f"| {m / 1e6:g}M | {lo['total_seconds']:.2f} | {s2['total_seconds']:.2f} | {per:.3f} | "
+            lines.append(f"| {m / 1e6:g}M | {lo['total_seconds']:.2f} | {s2['total_seconds']:.2f} | {s2['partitions']} | {per:.3f} | "
                          f"{per / base:.2f}x | {s2['total_seconds'] / lo['total_seconds']:.2f}x |")
         lines.append("")
     lines += ["### Slab pairing vs shuffle (8M + 8M, the issue's two plans)", ""]

@@ -308,6 +308,24 @@ def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, p
                 spark.stop()
 
 
+MIN_PARTITION_RECORDS = 1_000_000
+
+
+def default_partitions(prep: PreparedMerge, parallelism: int, own: dict) -> int:
+    """P when --partitions is not given: Spark's default parallelism, but no more partitions
+    than the larger input has ``smerge.partition.min_records`` (default 1,000,000) records:
+    below that a partition's merge takes less time than planning and one more task cost."""
+    try:
+        floor = int(own.get("smerge.partition.min_records", MIN_PARTITION_RECORDS))
+    except ValueError:
+        raise UsageError("--conf smerge.partition.min_records: give a whole number of records") from None
+    sizes = [n for n in (prep.src_a.num_rows, prep.src_b.num_rows) if n is not None]
+    parts = max(1, parallelism)
+    if sizes and len(sizes) == 2 and floor > 0:
+        parts = min(parts, max(1, -(-max(sizes) // floor)))
+    return parts
+
+
 def _explicit_bounds(own: dict) -> tuple[float, ...] | None:
     if not own.get("smerge.bounds"):
         return None
@@ -322,7 +340,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     sc = spark.sparkContext
     job = prep.job
     specs = {"a": _side_spec(prep, "a"), "b": _side_spec(prep, "b")}
-    parts = partitions or max(1, sc.defaultParallelism)
+    parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
     bounds = _explicit_bounds(own)
 
     # (1) planning: none for one partition; metadata or a k1 scan otherwise

@@ -146,3 +146,18 @@ def test_cli_local_writes_a_dataset_folder(tmp_path, ncar_dir):
     assert pq.read_table(tmp_path / "pt").num_rows == 76032
     r = CliRunner().invoke(app, ["cgm", a, b, "--local", "-o", str(tmp_path / "pt")])
     assert r.exit_code == 2 and "--overwrite" in r.output
+
+
+def test_default_partitions_keep_a_million_records_each():
+    from types import SimpleNamespace
+
+    from smerge.spark import default_partitions
+
+    def prep(na, nb):
+        return SimpleNamespace(src_a=SimpleNamespace(num_rows=na), src_b=SimpleNamespace(num_rows=nb))
+
+    assert default_partitions(prep(76032, 76032), 8, {}) == 1
+    assert default_partitions(prep(1_000_000, 3_500_000), 8, {}) == 4
+    assert default_partitions(prep(8_000_000, 8_000_000), 2, {}) == 2
+    assert default_partitions(prep(None, 10), 3, {}) == 3  # CSV: size unknown
+    assert default_partitions(prep(76032, 10), 8, {"smerge.partition.min_records": "10000"}) == 8
