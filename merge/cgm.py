@@ -162,6 +162,7 @@ def cgm_merge(
     sma, smb = np.empty(n, np.bool_), np.empty(n, np.bool_)
     spa, spb = np.empty(n, np.int64), np.empty(n, np.int64)
     st = np.zeros(8, np.int64)
+    work = np.empty(4 * n, np.int64)
     report = ReportWindows(n)
     yield_seconds = 0.0
 
@@ -202,7 +203,7 @@ def cgm_merge(
             st, wak, war, wbk, wbr,
             A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted,
             eps, n, params.least_increment_a, params.least_increment_b,
-            pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb,
+            pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb, work,
         )
         if status == _NEED_A:
             st[2] = A.pull(int(st[2]))

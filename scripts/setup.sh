@@ -16,6 +16,12 @@ if [ "${jv:-0}" -lt 17 ]; then
   exit 2
 fi
 
+if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
+  echo "smerge setup: a C compiler is needed to build smerge's merge kernel (merge/_ckernel.c)." >&2
+  echo "  Debian/Ubuntu: sudo apt-get install -y build-essential python3-dev" >&2
+  exit 2
+fi
+
 # Real NCAR data (Pstorm.cdf, Tstorm.cdf, ...) from Debian's libncarg-data.
 if [ ! -f /usr/share/ncarg/data/cdf/Pstorm.cdf ]; then
   if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

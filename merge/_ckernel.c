@@ -1,0 +1,274 @@
+/* Compiled kernels of the merge engines (spec ENGINES.md sections 1, 3, 4).
+ *
+ * Plain C over numpy buffers, called through ctypes from merge/_kernel.py (ctypes releases the
+ * GIL for the duration of a call). Keys are float64 arrays of shape (n, d) in C order, one row
+ * per record, compared lexicographically; row ids are int64; eps has one value per key.
+ *
+ * Tolerant comparison: at the first key j with x_j < y_j - eps_j the result is BEFORE (-1),
+ * with x_j > y_j + eps_j AFTER (+1); if no key decides, MATCH (0).
+ *
+ * The module also defines an (empty) Python extension module so that setuptools builds and
+ * installs it like any other extension and its file can be located by import machinery.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+
+static inline int tol_cmp(const double *x, const double *y, const double *eps, i64 d) {
+    for (i64 c = 0; c < d; c++) {
+        if (x[c] < y[c] - eps[c]) return -1;
+        if (x[c] > y[c] + eps[c]) return 1;
+    }
+    return 0;
+}
+
+/* Exact (key, row) <=: x sorts before or equal to y. */
+static inline int lex_le(const double *x, i64 xr, const double *y, i64 yr, i64 d) {
+    for (i64 c = 0; c < d; c++) {
+        if (x[c] < y[c]) return 1;
+        if (x[c] > y[c]) return 0;
+    }
+    return xr <= yr;
+}
+
+/* Exact (key, row, index) <= of records p and q: the total order of a stable sort. */
+static inline int le_idx(const double *keys, const i64 *rows, i64 d, i64 p, i64 q) {
+    const double *x = keys + p * d, *y = keys + q * d;
+    for (i64 c = 0; c < d; c++) {
+        if (x[c] < y[c]) return 1;
+        if (x[c] > y[c]) return 0;
+    }
+    if (rows[p] != rows[q]) return rows[p] < rows[q];
+    return p <= q;
+}
+
+/* Sort idx[0..n) by le_idx: insertion-sorted runs of 16, then bottom-up merges (tmp: n).
+ * Returns the buffer holding the result (idx or tmp). */
+static i64 *merge_sort(const double *keys, const i64 *rows, i64 d, i64 *idx, i64 *tmp, i64 n) {
+    const i64 run = 16;
+    for (i64 s = 0; s < n; s += run) {
+        i64 e = s + run < n ? s + run : n;
+        for (i64 t = s + 1; t < e; t++) {
+            i64 v = idx[t], u = t - 1;
+            while (u >= s && !le_idx(keys, rows, d, idx[u], v)) { idx[u + 1] = idx[u]; u--; }
+            idx[u + 1] = v;
+        }
+    }
+    i64 *src = idx, *dst = tmp;
+    for (i64 width = run; width < n; width *= 2) {
+        for (i64 s = 0; s < n; s += 2 * width) {
+            i64 m = s + width < n ? s + width : n;
+            i64 e = s + 2 * width < n ? s + 2 * width : n;
+            if (m >= e || le_idx(keys, rows, d, src[m - 1], src[m])) {
+                memcpy(dst + s, src + s, (size_t)(e - s) * sizeof(i64));
+                continue;
+            }
+            i64 p = s, q = m, o = s;
+            while (p < m && q < e) dst[o++] = le_idx(keys, rows, d, src[p], src[q]) ? src[p++] : src[q++];
+            while (p < m) dst[o++] = src[p++];
+            while (q < e) dst[o++] = src[q++];
+        }
+        i64 *t = src; src = dst; dst = t;
+    }
+    return src;
+}
+
+/* Stable order of records by exact key, ties by row id, into idx (n).
+ * Adaptive for partially sorted input: one pass splits the records into an ordered
+ * subsequence and the misfits (for each adjacent inversion met, both records); the misfits
+ * are merge-sorted and merged back. scratch: 3n int64. */
+void smerge_argsort(const double *keys, const i64 *rows, i64 n, i64 d, i64 *idx, i64 *scratch) {
+    for (i64 t = 0; t < n; t++) idx[t] = t;
+    if (n < 2) return;
+    int ordered = 1;
+    for (i64 t = 1; t < n; t++)
+        if (!lex_le(keys + (t - 1) * d, rows[t - 1], keys + t * d, rows[t], d)) { ordered = 0; break; }
+    if (ordered) return;
+    i64 *kept = scratch, *mis = scratch + n, *tmp = scratch + 2 * n;
+    i64 nk = 0, nm = 0;
+    for (i64 t = 0; t < n; t++) {
+        if (nk == 0 || le_idx(keys, rows, d, kept[nk - 1], t)) {
+            kept[nk++] = t;
+        } else {
+            nk--;
+            mis[nm++] = kept[nk];
+            mis[nm++] = t;
+        }
+    }
+    i64 *ms = merge_sort(keys, rows, d, mis, tmp, nm);
+    i64 p = 0, q = 0, o = 0;
+    while (p < nk && q < nm) idx[o++] = le_idx(keys, rows, d, kept[p], ms[q]) ? kept[p++] : ms[q++];
+    while (p < nk) idx[o++] = kept[p++];
+    while (q < nm) idx[o++] = ms[q++];
+}
+
+/* First position after i whose key does not MATCH wk[i]. */
+static inline i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const double *eps) {
+    const double *y = wk + i * d;
+    for (i64 t = i + 1; t < n; t++) {
+        const double *x = wk + t * d;
+        for (i64 c = 0; c < d; c++)
+            if (x[c] < y[c] - eps[c] || x[c] > y[c] + eps[c]) return t;
+    }
+    return n;
+}
+
+/* One sweep over sorted windows ak[0..na) and bk[0..nb) (spec section 3, step 3).
+ * Marks matched positions (am, bm: cleared by the caller), writes pair positions; returns m
+ * and the final cursors in ij[0], ij[1]. */
+i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, const double *eps,
+                 uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *ij) {
+    i64 i = 0, j = 0, m = 0;
+    while (i < na && j < nb) {
+        int c = tol_cmp(ak + i * d, bk + j * d, eps, d);
+        if (c < 0) i++;
+        else if (c > 0) j++;
+        else {
+            am[i] = 1; bm[j] = 1;
+            apos[m] = i; bpos[m] = j; m++;
+            i = skip_matching(ak, i, na, d, eps);
+            j = skip_matching(bk, j, nb, d, eps);
+        }
+    }
+    ij[0] = i; ij[1] = j;
+    return m;
+}
+
+/* Stable in-place merge of the new records (order: sorted positions into newk) into the
+ * sorted window wk[0..n), which has room for them at its end. Merging from the back never
+ * overwrites a record not yet moved; records sorting before every new one are not touched. */
+static i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 *newr, const i64 *order,
+                      i64 nn, i64 d) {
+    i64 p = n - 1, q = nn - 1, o = n + nn - 1;
+    while (q >= 0) {
+        i64 s = order[q];
+        if (p >= 0 && !lex_le(wk + p * d, wr[p], newk + s * d, newr[s], d)) {
+            memcpy(wk + o * d, wk + p * d, (size_t)d * sizeof(double));
+            wr[o] = wr[p];
+            p--;
+        } else {
+            memcpy(wk + o * d, newk + s * d, (size_t)d * sizeof(double));
+            wr[o] = newr[s];
+            q--;
+        }
+        o--;
+    }
+    return n + nn;
+}
+
+/* Remove matched records, then evict the first `evict` remaining ones into ev_out. */
+static i64 compact(double *wk, i64 *wr, i64 n, i64 d, const uint8_t *matched, i64 evict, i64 *ev_out,
+                   i64 *evicted_out) {
+    i64 o = 0, evicted = 0;
+    for (i64 t = 0; t < n; t++) {
+        if (matched[t]) continue;
+        if (evicted < evict) { ev_out[evicted++] = wr[t]; continue; }
+        if (o != t) {
+            memcpy(wk + o * d, wk + t * d, (size_t)d * sizeof(double));
+            wr[o] = wr[t];
+        }
+        o++;
+    }
+    *evicted_out = evicted;
+    return o;
+}
+
+static i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 take, i64 d,
+                  i64 *order, i64 *scratch) {
+    smerge_argsort(pk, pr, take, d, order, scratch);
+    return merge_back(wk, wr, n, pk, pr, order, take, d);
+}
+
+/* Run CGM passes (spec section 3) until input runs short, output fills, or the merge ends.
+ * st: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
+ * [5] passes. counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between
+ * calls. Returns 0 needs more A, 1 needs more B, 2 output buffers full, 3 merge ended.
+ * work: 4N int64 (sort order + scratch). */
+int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
+                      const double *pak, const i64 *par, i64 pa_n, int a_exhausted,
+                      const double *pbk, const i64 *pbr, i64 pb_n, int b_exhausted,
+                      i64 d, const double *eps, i64 window_size, i64 inc_a, i64 inc_b,
+                      i64 *pairs_a, i64 *pairs_b, i64 pairs_cap, i64 *ev_a, i64 *ev_b, i64 ev_cap,
+                      i64 *counts, i64 *pass_m, i64 *pass_ret_a, i64 pass_cap,
+                      uint8_t *ma, uint8_t *mb, i64 *spa, i64 *spb, i64 *work) {
+    const i64 ncap = window_size;
+    i64 *order = work, *scratch = work + ncap;
+    for (;;) {
+        i64 na = st[0], nb = st[1];
+        i64 need_a = ncap - na, avail_a = pa_n - st[2];
+        if (need_a > 0 && avail_a < need_a && !a_exhausted) return 0;
+        i64 need_b = ncap - nb, avail_b = pb_n - st[3];
+        if (need_b > 0 && avail_b < need_b && !b_exhausted) return 1;
+        if (counts[0] + ncap > pairs_cap || counts[1] + ncap > ev_cap || counts[2] + ncap > ev_cap ||
+            counts[3] >= pass_cap)
+            return 2;
+        i64 take_a = need_a < avail_a ? need_a : avail_a;
+        if (take_a > 0) {
+            na = top_up(wak, war, na, pak + st[2] * d, par + st[2], take_a, d, order, scratch);
+            st[2] += take_a;
+        }
+        i64 take_b = need_b < avail_b ? need_b : avail_b;
+        if (take_b > 0) {
+            nb = top_up(wbk, wbr, nb, pbk + st[3] * d, pbr + st[3], take_b, d, order, scratch);
+            st[3] += take_b;
+        }
+        st[0] = na; st[1] = nb;
+        if (na == 0 || nb == 0) { st[4] = 1; return 3; }
+        memset(ma, 0, (size_t)na);
+        memset(mb, 0, (size_t)nb);
+        i64 ij[2];
+        i64 m = smerge_sweep(wak, na, wbk, nb, d, eps, ma, mb, spa, spb, ij);
+        i64 base = counts[0];
+        for (i64 t = 0; t < m; t++) {
+            pairs_a[base + t] = war[spa[t]];
+            pairs_b[base + t] = wbr[spb[t]];
+        }
+        counts[0] = base + m;
+        i64 evict_a = (ij[0] >= na && inc_a > m) ? inc_a - m : 0;
+        i64 evict_b = (ij[1] >= nb && inc_b > m) ? inc_b - m : 0;
+        i64 ea, eb;
+        st[0] = compact(wak, war, na, d, ma, evict_a, ev_a + counts[1], &ea);
+        st[1] = compact(wbk, wbr, nb, d, mb, evict_b, ev_b + counts[2], &eb);
+        counts[1] += ea;
+        counts[2] += eb;
+        st[5] += 1;
+        pass_m[counts[3]] = m;
+        pass_ret_a[counts[3]] = m + ea;
+        counts[3] += 1;
+    }
+}
+
+/* kappa_max (spec section 4): repeat the sweep over whole sorted streams until dry.
+ * ak/ar and bk/br are sorted copies the function may modify; am/bm: na/nb bytes;
+ * spa/spb: min(na, nb) + 1. Returns the number of pairs written to pairs_a/pairs_b. */
+i64 smerge_sweep_until_dry(double *ak, i64 *ar, i64 na, double *bk, i64 *br, i64 nb, i64 d,
+                           const double *eps, i64 *pairs_a, i64 *pairs_b, uint8_t *am, uint8_t *bm,
+                           i64 *spa, i64 *spb) {
+    i64 total = 0, ev;
+    while (na > 0 && nb > 0) {
+        memset(am, 0, (size_t)na);
+        memset(bm, 0, (size_t)nb);
+        i64 ij[2];
+        i64 m = smerge_sweep(ak, na, bk, nb, d, eps, am, bm, spa, spb, ij);
+        if (m == 0) break;
+        for (i64 t = 0; t < m; t++) {
+            pairs_a[total + t] = ar[spa[t]];
+            pairs_b[total + t] = br[spb[t]];
+        }
+        total += m;
+        na = compact(ak, ar, na, d, am, 0, NULL, &ev);
+        nb = compact(bk, br, nb, d, bm, 0, NULL, &ev);
+    }
+    return total;
+}
+
+static struct PyModuleDef ckernel_module = {
+    PyModuleDef_HEAD_INIT, "_ckernel",
+    "C kernels of smerge's merge engines; called through ctypes (see merge/_kernel.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__ckernel(void) { return PyModule_Create(&ckernel_module); }
