@@ -127,6 +127,9 @@ def _warm(_):
     import smerge.spark_tasks  # noqa: F401
     import smerge.transport  # noqa: F401
 
+    # pyarrow imports pandas lazily on its first conversion of a numpy masked array (~0.3 s),
+    # which the netCDF reader does: pay it here, once per worker, not in the first job.
+    pa.array(np.ma.masked_array(np.zeros(1), mask=[False]))
     return [os.getpid()]
 
 

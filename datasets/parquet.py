@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from typing import Iterator, Sequence
 
 import pyarrow as pa
@@ -29,10 +30,21 @@ class ParquetBackend:
         schema, columns, key_names = resolve_columns(path, pf.schema_arrow, keys, variables)
         n = pf.metadata.num_rows
 
+        # First row of every row group: a row range starts decoding at its first row group.
+        group_starts = [0]
+        for i in range(pf.metadata.num_row_groups):
+            group_starts.append(group_starts[-1] + pf.metadata.row_group(i).num_rows)
+
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             try:
-                it = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns)
-                yield from sliced(it, start, stop, schema)
+                first = max(0, bisect.bisect_right(group_starts, start) - 1)
+                last = len(group_starts) - 1 if stop is None else bisect.bisect_left(group_starts, stop)
+                groups = list(range(first, min(last, len(group_starts) - 1)))
+                if not groups:
+                    return
+                it = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns, row_groups=groups)
+                base = group_starts[first]
+                yield from sliced(it, start - base, None if stop is None else stop - base, schema)
             except (OSError, pa.ArrowException) as e:
                 raise InputError(f"{path}: cannot read Parquet data ({e}); the file may be truncated or corrupt") from None
 
