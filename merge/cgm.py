@@ -62,7 +62,7 @@ class _Side:
         t0 = time.perf_counter()
         item = next(self.batches, None)
         self.wait_seconds += time.perf_counter() - t0
-        batch, k = (item.batch, item.keys) if isinstance(item, KeyedBatch) else (item, None)
+        batch, k, bad = item if isinstance(item, KeyedBatch) else (item, None, None)
         keep_k, keep_r = self.pend_k[consumed:], self.pend_r[consumed:]
         if batch is None:
             self.exhausted = True
@@ -74,8 +74,9 @@ class _Side:
         n = batch.num_rows
         if k is None:
             k = key_matrix(batch, self.keys)
+        if bad is None:
+            bad = nan_rows(k)
         r = np.arange(self.next_row, self.next_row + n, dtype=np.int64)
-        bad = nan_rows(k)
         if bad.any():
             first_bad = int(np.argmax(bad))
             if self.params.nan_keys == "error":

@@ -88,13 +88,15 @@ def nan_rows(keys: np.ndarray) -> np.ndarray:
 
 
 class KeyedBatch(NamedTuple):
-    """A record batch with its key matrix computed ahead (e.g. in a reader thread)."""
+    """A record batch with its key matrix and NaN-key mask computed ahead (in a reader thread)."""
 
     batch: pa.RecordBatch
     keys: np.ndarray
+    nan: np.ndarray | None = None  # computed by the engine when not given
 
 
 def with_keys(batches: Iterable[pa.RecordBatch], keys: Sequence[str]) -> Iterator[KeyedBatch]:
-    """Attach each batch's key matrix; run it inside a reader thread so the engine need not."""
+    """Attach each batch's key matrix and NaN mask; run it inside a reader thread."""
     for b in batches:
-        yield KeyedBatch(b, key_matrix(b, keys))
+        k = key_matrix(b, keys)
+        yield KeyedBatch(b, k, nan_rows(k))

@@ -107,15 +107,21 @@ class RowStore:
             return _gather(self._segs[lo][2], pos - offsets[lo])
         segs = [self._segs[s][2] for s in range(lo, hi)]
         if all(_plain(c) for b in segs for c in b.columns):
-            masks = [(seg_of == s, s) for s in range(lo, hi)]
+            # Where each segment's records go in the output, and where they are in the segment:
+            # computed once, then one integer gather per column and segment.
+            groups = []
+            for s in range(lo, hi):
+                at = np.flatnonzero(seg_of == s)
+                if at.size:
+                    groups.append((s, at, pos[at] - offsets[s]))
             cols = []
             for ci, f in enumerate(self.schema):
                 out = None
-                for m, s in masks:
+                for s, at, local in groups:
                     src = self._segs[s][2].column(ci).to_numpy(zero_copy_only=True)
                     if out is None:
                         out = np.empty(rows.size, dtype=src.dtype)
-                    out[m] = src[pos[m] - offsets[s]]
+                    out[at] = src[local]
                 cols.append(pa.array(out, type=f.type))
             return pa.RecordBatch.from_arrays(cols, schema=self.schema)
         table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
