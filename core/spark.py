@@ -396,7 +396,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
                      part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
                      una_schema=una_schema, unb_schema=unb_schema,
-                     prefetch=own.get("smerge.task.prefetch", "true").lower() not in ("false", "0", "no", "off"),
+                     prefetch=_task_threads(own, sc, P),
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
@@ -435,7 +435,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.total_seconds = time.perf_counter() - t0
     stats.extra.update({
         "execution": "spark", "master": sc.master, "partitions": P, "bounds": list(bounds),
-        "plan": plan_how, "part_format": part_format,
+        "plan": plan_how, "part_format": part_format, "task_threads": plan.prefetch,
         "session_start_seconds": session_seconds, "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
         "task_seconds": [r.get("task_seconds", 0.0) for r in results],
@@ -449,6 +449,22 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     if job.stats:
         write_stats(job.stats, result)
     return result
+
+
+def _task_threads(own: dict, sc, parts: int) -> bool:
+    """Reader/writer threads inside the merge tasks: ``smerge.task.prefetch`` true/false, or
+    ``auto`` (default): on when the tasks leave cores free (P below the cores of the machine
+    for local masters, below Spark's default parallelism otherwise), off when every core
+    already runs a task (measured: threads then only add contention)."""
+    v = str(own.get("smerge.task.prefetch", "auto")).lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    if v != "auto":
+        raise UsageError(f"--conf smerge.task.prefetch={v!r}: use true, false or auto")
+    slots = (os.cpu_count() or 1) if str(sc.master).startswith("local") else sc.defaultParallelism
+    return parts < max(1, slots)
 
 
 def _raise_partition_errors(results: list[dict]) -> None:

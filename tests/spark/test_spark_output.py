@@ -161,3 +161,21 @@ def test_default_partitions_keep_a_million_records_each():
     assert default_partitions(prep(8_000_000, 8_000_000), 2, {}) == 2
     assert default_partitions(prep(None, 10), 3, {}) == 3  # CSV: size unknown
     assert default_partitions(prep(76032, 10), 8, {"smerge.partition.min_records": "10000"}) == 8
+
+
+def test_task_threads_only_when_tasks_leave_cores_free():
+    from types import SimpleNamespace
+
+    from smerge.errors import UsageError
+    from smerge.spark import _task_threads
+
+    local1 = SimpleNamespace(master="local[1]", defaultParallelism=1)
+    cluster = SimpleNamespace(master="spark://h:7077", defaultParallelism=16)
+    cores = os.cpu_count() or 1
+    assert _task_threads({}, local1, 1) is (1 < cores)
+    assert _task_threads({}, local1, cores) is False
+    assert _task_threads({}, cluster, 16) is False and _task_threads({}, cluster, 4) is True
+    assert _task_threads({"smerge.task.prefetch": "false"}, cluster, 1) is False
+    assert _task_threads({"smerge.task.prefetch": "true"}, cluster, 64) is True
+    with pytest.raises(UsageError, match="true, false or auto"):
+        _task_threads({"smerge.task.prefetch": "maybe"}, cluster, 1)
