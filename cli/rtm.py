@@ -8,15 +8,17 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import (DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
-                            KeysOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
-                            VarsAOpt, VarsBOpt, WindowOpt)
-from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_eps, progress_enabled, run_guarded, \
-    split_list, tqdm_progress
+from smerge.cli.cgm import (ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
+                            KeysOpt, MasterOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
+                            VarsAOpt, VarsBOpt, VerboseOpt, WindowOpt)
+from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled, \
+    run_guarded, split_list, tqdm_progress
 
 app = typer.Typer(add_completion=False)
-RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Accepted for symmetry with cgm: RTM always runs in "
-                                           "this process (there is no Spark path for RTM).")]
+RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: on Spark, "
+                                           "each partition of A queries the server).")]
+RTMPartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions of A (contiguous row "
+                             "ranges cut at multiples of lcm(N, outer slab); default: Spark's default parallelism).")]
 
 
 @app.command("rtm")
@@ -47,14 +49,20 @@ def rtm(
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",
     local: RTMLocalOpt = False,
+    master: MasterOpt = None,
+    partitions: RTMPartitionsOpt = None,
+    conf: ConfOpt = None,
+    verbose: VerboseOpt = False,
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """RTM merge (spec section 5): each A window queries B's R-tree server for its eps-box.
 
-    RTM always runs in this process (--local is accepted for symmetry with cgm and changes
-    nothing; there is no Spark path). B is served by an embedded index server (loopback, free
-    port, random token) unless --server is given.
+    Runs on Spark by default (--master, default local[*]): A is split into row ranges whose
+    boundaries are multiples of N, each task queries the server for its windows, and the
+    output equals --local's exactly. --local runs in this process. B is served by an embedded
+    index server (driver's loopback, free port, random token: fine for local[*] and a one-host
+    cluster) unless --server is given (on a real cluster: a server the workers can reach).
     """
 
     def body() -> int:
@@ -68,8 +76,20 @@ def rtm(
             kappa_max=kappa_max, overwrite=overwrite,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
+        spark_conf = parse_conf(conf)
         prep = prepare_rtm(job)
-        result = run_rtm(prep, progress=tqdm_progress(progress_enabled(progress)))
+        bar = tqdm_progress(progress_enabled(progress))
+        if local:
+            result = run_rtm(prep, progress=bar)
+        else:
+            from smerge.spark import DEFAULT_MASTER, under_spark_submit
+            from smerge.spark_rtm import run_rtm_spark
+
+            m = master or DEFAULT_MASTER
+            if under_spark_submit() and master is None:
+                m = None  # the master and settings spark-submit configured
+            result = run_rtm_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
+                                   verbose=verbose)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)
 

@@ -11,6 +11,9 @@ parameter and output path; nothing is written before that succeeds. ``run_rtm`` 
 The merge itself always goes through the Flight client. B's unmatched records are the B
 records never paired with any A record (B is not consumed by RTM); with ``unmatched`` they
 are streamed back from the server at the end and written to ``PREFIX.b.parquet``.
+
+``run_rtm`` is the in-process run (``--local``); ``smerge.spark_rtm.run_rtm_spark`` runs the same
+prepared merge on Spark (each partition of A queries the server) with the same outputs.
 """
 
 from __future__ import annotations

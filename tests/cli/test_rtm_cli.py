@@ -35,7 +35,8 @@ def write(path, **cols):
 @pytest.mark.slow
 def test_ncar_ustorm_vstorm_rtm_equals_cgm(ncar_dir, tmp_path, capsys):
     u, v = os.path.join(ncar_dir, "Ustorm.cdf"), os.path.join(ncar_dir, "Vstorm.cdf")
-    rc, out, err = run_cli(capsys, "rtm", u, v, "-o", tmp_path / "r.parquet", "--with-ids", "--json", "--kappa-max")
+    rc, out, err = run_cli(capsys, "rtm", u, v, "-o", tmp_path / "r.parquet", "--with-ids", "--json", "--kappa-max",
+                           "--local")
     assert rc == 0, err
     s = json.loads(out)
     assert STATS_KEYS <= set(s)
@@ -49,7 +50,8 @@ def test_ncar_ustorm_vstorm_rtm_equals_cgm(ncar_dir, tmp_path, capsys):
     c = pq.read_table(tmp_path / "c.parquet").sort_by("a_row")
     assert r.num_rows == 76032 and r.equals(c)
     # symdiff (the paper's variant) loses the tail of the boundary rows of each page
-    rc, out, _ = run_cli(capsys, "rtm", u, v, "-o", tmp_path / "s.parquet", "--refill", "symdiff", "--json")
+    rc, out, _ = run_cli(capsys, "rtm", u, v, "-o", tmp_path / "s.parquet", "--refill", "symdiff", "--json",
+                         "--local")
     assert rc == 0 and json.loads(out)["match_pct"] < 100.0
 
 
@@ -64,7 +66,7 @@ def ab(tmp_path):
 def test_rtm_outputs_stats_and_unmatched(ab, tmp_path, capsys):
     a, b = ab
     rc, out, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "--window", "5", "-o", tmp_path / "o.parquet",
-                           "--unmatched", tmp_path / "un", "--stats", tmp_path / "s.json", "--with-ids")
+                           "--unmatched", tmp_path / "un", "--stats", tmp_path / "s.json", "--with-ids", "--local")
     assert rc == 0, err
     assert "smerge rtm" in out and "5 pairs" in out
     s = json.load(open(tmp_path / "s.json"))
@@ -85,13 +87,13 @@ def test_rtm_against_running_server(ab, tmp_path):
     try:
         url = p.stdout.readline().strip()
         r = subprocess.run(SMERGE + ["rtm", a, "--server", url, "--token-file", str(tmp_path / "tok"), "--keys", "k",
-                                     "--window", "5", "-o", str(tmp_path / "o.parquet"), "--json"],
+                                     "--window", "5", "-o", str(tmp_path / "o.parquet"), "--json", "--local"],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["matched"] == 5
         (tmp_path / "bad").write_text("not-the-token")
         r = subprocess.run(SMERGE + ["rtm", a, "--server", url, "--token-file", str(tmp_path / "bad"), "--keys", "k",
-                                     "-o", str(tmp_path / "o2.parquet")], capture_output=True, text=True)
+                                     "-o", str(tmp_path / "o2.parquet"), "--local"], capture_output=True, text=True)
         assert r.returncode == 2 and "rejected the token" in r.stderr
         assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "o2.parquet").exists()
     finally:
@@ -129,25 +131,25 @@ def test_bad_input_exit_2_one_line_no_output(ab, tmp_path, capsys, args, msg):
 def test_existing_output_is_an_error_and_delta_exit_3(ab, tmp_path, capsys):
     a, b = ab
     (tmp_path / "o.parquet").write_bytes(b"keep")
-    rc, _, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / "o.parquet")
+    rc, _, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / "o.parquet", "--local")
     assert rc == 2 and "exists" in err and (tmp_path / "o.parquet").read_bytes() == b"keep"
     rc, _, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "--window", "5", "-o", tmp_path / "d.parquet",
-                         "--delta", "0.01", "--delta-windows", "1")
+                         "--delta", "0.01", "--delta-windows", "1", "--local")
     assert rc == 3 and (tmp_path / "d.parquet").exists()
 
 
-def test_help_says_rtm_runs_in_process_and_local_changes_nothing(ab, tmp_path, capsys):
+def test_help_says_rtm_runs_on_spark_by_default_with_local_in_process(ab, tmp_path, capsys):
     from typer.testing import CliRunner
 
     from smerge.cli.main import app
 
     res = CliRunner().invoke(app, ["rtm", "--help"], terminal_width=200)
-    assert res.exit_code == 0 and "no Spark path" in res.output
+    assert res.exit_code == 0 and "Runs on Spark by default" in res.output
+    for opt in ("--local", "--master", "--partitions", "--conf", "--verbose"):
+        assert opt in res.output
     a, b = ab
-    outs = []
-    for extra in ([], ["--local"]):
-        rc, out, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / f"o{len(extra)}.parquet",
-                               "--with-ids", *extra)
-        assert rc == 0, err
-        outs.append(pq.read_table(tmp_path / f"o{len(extra)}.parquet"))
-    assert outs[0].equals(outs[1]) and outs[0].num_rows == 5
+    rc, out, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / "o.parquet", "--with-ids", "--local",
+                           "--json")
+    assert rc == 0, err
+    assert json.loads(out)["execution"] == "local"
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 5
