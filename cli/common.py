@@ -129,6 +129,12 @@ def merge_summary(s: dict) -> str:
         lines.append(f"  delta     {s['params'].get('delta')} over {s['params'].get('delta_windows')} windows: {verdict}")
     lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  merge {s['merge_seconds']:.3f}  "
                  f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
+    if s.get("execution") == "spark":
+        parts = s.get("partitions")
+        lines.append(f"  spark     {s.get('master', '')}, {parts} partition{'s' if parts != 1 else ''}"
+                     + (f", session start {s['session_start_seconds']:.1f} s" if "session_start_seconds" in s else ""))
+    elif s.get("execution") == "local":
+        lines.append("  ran       in-process (--local)")
     return "\n".join(lines)
 
 
