@@ -143,7 +143,7 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
                          extra={"client": client})
 
 
-def _b_keys(client, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
+def b_keys(client, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """All of B's valid keys and row ids, streamed from the server (for kappa_max)."""
     ks, rs, pos = [], [], 0
     for batch in client.stream(list(keys)):
@@ -208,7 +208,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
             writer.put((un_a, batch))
 
     try:
-        kappa_b = (lambda: _b_keys(client, params.keys.b)) if job.kappa_max else None
+        kappa_b = (lambda: b_keys(client, params.keys.b)) if job.kappa_max else None
         for batch in rtm_merge(pa_it, client, params, schema_a=prep.src_a.schema, schema_b=prep.src_b.schema,
                                b_records=b_records, stats=stats, unmatched=sink if prep.unmatched_paths else None,
                                source_a=job.a, b_paired=b_paired, kappa_max_b=kappa_b):

@@ -51,7 +51,7 @@ _ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputEr
 # Session
 
 
-def _quiet_stderr(log_path: str):
+def quiet_stderr(log_path: str):
     """Redirect fd 2 to ``log_path`` while the JVM starts (it keeps that stderr for its life)."""
 
     @contextlib.contextmanager
@@ -105,7 +105,7 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
         defaults["spark.log.level"] = "ERROR"
     for k, v in {**defaults, **(conf or {})}.items():
         builder = builder.config(k, v)
-    quiet = contextlib.nullcontext() if verbose else _quiet_stderr(spark_log_path())
+    quiet = contextlib.nullcontext() if verbose else quiet_stderr(spark_log_path())
     try:
         with quiet:
             spark = builder.getOrCreate()
@@ -152,7 +152,7 @@ def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, s
 # Jobs with progress
 
 
-def _run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) -> list:
+def run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) -> list:
     """Run ``rdd_fn()`` (an RDD action) in a thread; the bar counts finished tasks."""
     group = f"smerge-{uuid.uuid4().hex[:12]}"
     box: dict = {}
@@ -266,7 +266,7 @@ def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> t
         default_groups = max(1, -(-sc.defaultParallelism // len(todo)))
         groups = int(own.get("smerge.plan.groups", default_groups))
         items = [it for s in todo for it in _scan_tasks(specs[s], s, groups)]
-        scanned = _run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
+        scanned = run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
                            len(items), progress if len(items) > 4 else None, "scan keys")
         for s in todo:
             stats[s] = []
@@ -307,7 +307,7 @@ def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, p
         return _run(prep, spark, partitions, own, progress, session_seconds)
     finally:
         if owns_session:
-            with _quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
+            with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
                 spark.stop()
 
 
@@ -400,7 +400,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
-        results = _run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
+        results = run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
                            P, progress, "merge partitions")
         job_seconds = time.perf_counter() - t1
         results.sort(key=lambda r: r["p"])

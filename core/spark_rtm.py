@@ -194,16 +194,16 @@ def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
 # ---- driver side -----------------------------------------------------------------------------
 
 def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    from smerge.spark import _run_job  # private helper of the CGM Spark module (job group + progress)
+    from smerge.spark import run_job  # job group + progress bar, shared by the Spark adapters
 
-    return _run_job(sc, rdd_fn, total, progress, label)
+    return run_job(sc, rdd_fn, total, progress, label)
 
 
 def _kappa_max(prep, client) -> float:
     """kappa_max exactly as ``--local`` computes it: all of A's valid keys against all of B's."""
     from smerge.merge.cgm import kappa_max_pairs
     from smerge.merge.keys import key_matrix, nan_rows
-    from smerge.rtm_job import _b_keys
+    from smerge.rtm_job import b_keys
 
     keys = prep.params.keys.a
     ks, n = [], 0
@@ -212,7 +212,7 @@ def _kappa_max(prep, client) -> float:
         n += batch.num_rows
         ks.append(k[~nan_rows(k)])
     ka = np.concatenate(ks) if ks else np.empty((0, len(keys)))
-    kb, rb = _b_keys(client, prep.params.keys.b)
+    kb, rb = b_keys(client, prep.params.keys.b)
     pairs = kappa_max_pairs(np.ascontiguousarray(ka), np.arange(ka.shape[0], dtype=np.int64),
                             np.ascontiguousarray(kb), rb, prep.params.eps)
     return pairs / n if n else 1.0
@@ -226,7 +226,7 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
     ``partitions``: P (default: Spark's default parallelism), reduced by the boundary rule.
     """
-    from smerge.spark import DEFAULT_MASTER, _quiet_stderr, spark_log_path, split_conf, start_session, \
+    from smerge.spark import DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session, \
         under_spark_submit
 
     if partitions is not None and partitions < 1:
@@ -243,7 +243,7 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
         return _run(prep, spark, partitions, progress, session_seconds, t0)
     finally:
         if owns:
-            with _quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
+            with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
                 spark.stop()
 
 

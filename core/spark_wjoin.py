@@ -387,11 +387,9 @@ def _chunk_items(spec: StreamSpec, i: int, groups: int) -> list[tuple[int, int, 
 
 
 def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    try:
-        from smerge.spark import _run_job
-    except ImportError:  # pragma: no cover - the CGM Spark module changed
-        return rdd_fn()
-    return _run_job(sc, rdd_fn, total, progress, label)
+    from smerge.spark import run_job  # job group + progress bar, shared by the Spark adapters
+
+    return run_job(sc, rdd_fn, total, progress, label)
 
 
 def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None = None,
@@ -406,7 +404,7 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
     Settings ``smerge.*`` in ``conf`` are smerge's own: ``smerge.wjoin.split_groups`` (chunks per
     input in the split stage, default: default parallelism).
     """
-    from smerge.spark import DEFAULT_MASTER, _quiet_stderr, spark_log_path, split_conf, start_session, \
+    from smerge.spark import DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session, \
         under_spark_submit
 
     if partitions is not None and partitions < 1:
@@ -423,7 +421,7 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
         return _run(prep, spark, partitions, own, progress, session_seconds, t0)
     finally:
         if owns:
-            with _quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
+            with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
                 spark.stop()
 
 
