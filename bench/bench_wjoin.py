@@ -224,7 +224,6 @@ def zipf_keys(rng, records: int, items: int, s: float) -> np.ndarray:
 
 
 def arrival(tables):
-    n = len(tables)
     T = np.concatenate([t["t"].to_numpy() for t in tables])
     S = np.concatenate([np.full(t.num_rows, i, np.int64) for i, t in enumerate(tables)])
     R = np.concatenate([np.arange(t.num_rows, dtype=np.int64) for t in tables])

@@ -13,7 +13,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping
 
 import pyarrow as pa
 
@@ -82,6 +82,29 @@ def default_output(a: str, b: str) -> str:
     return f"{stem(a)}+{stem(b)}.parquet"
 
 
+def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str, str] | None]:
+    """Validate a run's outputs before anything is read: format, existence, writability, and
+    that no output is an input. Returns the output format and the unmatched paths (or None).
+
+    ``job`` needs ``a``, ``b``, ``format``, ``overwrite``, ``unmatched`` and ``stats``.
+    """
+    fmt = format_for(output, job.format)
+    if fmt == "netcdf" and src_a.grid is None:
+        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
+    check_output_path(output, overwrite=job.overwrite)
+    unmatched = None
+    if job.unmatched:
+        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
+        for p in unmatched:
+            check_output_path(p, overwrite=job.overwrite)
+    if job.stats:
+        check_output_path(job.stats, overwrite=True)
+    for p in (job.a, job.b):
+        if p is not None and os.path.abspath(p) == os.path.abspath(output):
+            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    return fmt, unmatched
+
+
 def prepare(job: CGMJob) -> PreparedMerge:
     """Open inputs (metadata only) and validate every parameter and output path."""
     src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
@@ -101,20 +124,7 @@ def prepare(job: CGMJob) -> PreparedMerge:
                        least_increment_b=job.least_increment_b, with_ids=job.with_ids, nan_keys=job.nan_keys,
                        delta=job.delta, delta_windows=job.delta_windows)
     output = job.output or default_output(job.a, job.b)
-    fmt = format_for(output, job.format)
-    if fmt == "netcdf" and src_a.grid is None:
-        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
-    check_output_path(output, overwrite=job.overwrite)
-    unmatched = None
-    if job.unmatched:
-        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-        for p in unmatched:
-            check_output_path(p, overwrite=job.overwrite)
-    if job.stats:
-        check_output_path(job.stats, overwrite=True)
-    for p in (job.a, job.b):
-        if os.path.abspath(p) == os.path.abspath(output):
-            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    fmt, unmatched = check_outputs(job, output, src_a)
     write_ids = params.with_ids
     if fmt == "netcdf" and not write_ids:
         params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
@@ -227,6 +237,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "check_outputs", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
            "write_stats", "default_output",
            "SmergeError", "Progress"]

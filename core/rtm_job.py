@@ -18,7 +18,6 @@ prepared merge on Spark (each partition of A queries the server) with the same o
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, replace
 from typing import Mapping
@@ -26,10 +25,10 @@ from typing import Mapping
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets import InputSource, check_output_path, format_for, open_input
-from smerge.errors import OutputError, UsageError
-from smerge.jobs import (PreparedMerge, ProgressFactory, abort_outputs, commit_outputs, default_output, open_outputs,
-                         write_stats)
+from smerge.datasets import InputSource, open_input
+from smerge.errors import UsageError
+from smerge.jobs import (PreparedMerge, ProgressFactory, abort_outputs, check_outputs, commit_outputs, default_output,
+                         open_outputs, write_stats)
 from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
 from smerge.merge.params import MergeKeys, resolve_eps
@@ -120,20 +119,7 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
     params = RTMParams(keys=keys, eps=eps, window_size=job.window_size, refill=job.refill, with_ids=job.with_ids,
                        nan_keys=job.nan_keys, delta=job.delta, delta_windows=job.delta_windows)
     output = job.output or default_output(job.a, job.b or (client.info()["name"] if client else "b"))
-    fmt = format_for(output, job.format)
-    if fmt == "netcdf" and src_a.grid is None:
-        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
-    check_output_path(output, overwrite=job.overwrite)
-    unmatched = None
-    if job.unmatched:
-        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-        for p in unmatched:
-            check_output_path(p, overwrite=job.overwrite)
-    if job.stats:
-        check_output_path(job.stats, overwrite=True)
-    for p in (job.a, job.b):
-        if p is not None and os.path.abspath(p) == os.path.abspath(output):
-            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    fmt, unmatched = check_outputs(job, output, src_a)
     write_ids = params.with_ids
     if fmt == "netcdf" and not write_ids:
         params = replace(params, with_ids=True)  # the grid writer places pairs by a_row

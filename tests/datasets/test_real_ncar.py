@@ -8,7 +8,6 @@ import netCDF4
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from smerge.cli.main import main
 from smerge.datasets import open_input

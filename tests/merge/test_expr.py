@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings

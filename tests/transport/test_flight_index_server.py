@@ -4,7 +4,6 @@ concurrent clients, a client killed mid-stream, restart from a persisted index, 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
