@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Mapping
+from typing import Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -129,6 +129,21 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
                          extra={"client": client})
 
 
+def unmatched_b(client, names, paired: np.ndarray, *, with_ids: bool) -> Iterator[pa.RecordBatch]:
+    """B's records never paired (``paired[row]`` False), streamed back from the server in stored
+    order; with ``b_row`` when ids are asked for."""
+    pos = 0
+    for batch in client.stream(list(names)):
+        rows = np.arange(pos, pos + batch.num_rows, dtype=np.int64)
+        pos += batch.num_rows
+        keep = ~paired[rows]
+        if keep.any():
+            sel = batch.filter(pa.array(keep))
+            if with_ids:
+                sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
+            yield sel
+
+
 def b_keys(client, keys: tuple[str, ...]) -> tuple[np.ndarray, np.ndarray]:
     """All of B's valid keys and row ids, streamed from the server (for kappa_max)."""
     ks, rs, pos = [], [], 0
@@ -200,16 +215,8 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
                                source_a=job.a, b_paired=b_paired, kappa_max_b=kappa_b):
             writer.put((out, batch.drop_columns(["a_row", "b_row"]) if drop_ids else batch))
         if un_b is not None:
-            pos = 0
-            for batch in client.stream(list(prep.src_b.schema.names)):
-                rows = np.arange(pos, pos + batch.num_rows, dtype=np.int64)
-                pos += batch.num_rows
-                keep = ~b_paired[rows]
-                if keep.any():
-                    sel = batch.filter(pa.array(keep))
-                    if params.with_ids:
-                        sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
-                    writer.put((un_b, sel))
+            for sel in unmatched_b(client, prep.src_b.schema.names, b_paired, with_ids=params.with_ids):
+                writer.put((un_b, sel))
         writer.close()
         write_seconds += commit_outputs((out, un_a, un_b))
     except BaseException:

@@ -288,6 +288,8 @@ def _run(prep, spark, partitions, progress, session_seconds: float, t_start: flo
 
 def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, server, build_seconds,
                      session_seconds, t_start) -> dict:
+    from smerge.rtm_job import unmatched_b
+
     job = prep.job
     params: RTMParams = prep.params
     src_a = prep.src_a
@@ -333,16 +335,8 @@ def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, 
                     for b in _read_ipc(_part(staging, "una", r["p"])):
                         un_a.write(b)
             if un_b is not None:
-                pos = 0
-                for batch in client.stream(list(prep.src_b.schema.names)):
-                    rows = np.arange(pos, pos + batch.num_rows, dtype=np.int64)
-                    pos += batch.num_rows
-                    keep = ~paired[rows]
-                    if keep.any():
-                        sel = batch.filter(pa.array(keep))
-                        if params.with_ids:
-                            sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
-                        un_b.write(sel)
+                for sel in unmatched_b(client, prep.src_b.schema.names, paired, with_ids=params.with_ids):
+                    un_b.write(sel)
             commit_outputs((out, un_a, un_b))
         except BaseException:
             abort_outputs((out, un_a, un_b))
