@@ -93,7 +93,7 @@ class Output:
         if self._done:
             return
         self._w.close()
-        os.replace(self.tmp, self.path)
+        self._publish()
         self._done = True
 
     def abort(self) -> None:
@@ -104,6 +104,13 @@ class Output:
             self._w.close()
         except Exception:
             pass
+        self._discard()
+
+    def _publish(self) -> None:
+        """Move the finished temporary output into place."""
+        os.replace(self.tmp, self.path)
+
+    def _discard(self) -> None:
         if os.path.exists(self.tmp):
             os.unlink(self.tmp)
 
@@ -155,23 +162,12 @@ class DatasetOutput(Output):
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
 
-    def commit(self) -> None:
-        if self._done:
-            return
-        self._w.close()
+    def _publish(self) -> None:
         replace_dir(self.tmp, self.path)
-        self._done = True
 
-    def abort(self) -> None:
+    def _discard(self) -> None:
         import shutil
 
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._w.close()
-        except Exception:
-            pass
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
