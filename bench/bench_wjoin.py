@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import re
 import sys
 import time
+from pathlib import Path
 
 import duckdb
 import numba as nb
@@ -30,6 +30,9 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.merge.wjoin import WJoinParams, WJoinStats, wjoin
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402 - bench/common.py
 
 
 def make_streams(n: int, records: int, keys: int, seed: int = 1) -> list[pa.Table]:
@@ -234,17 +237,10 @@ def arrival(tables):
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (f"{os.cpu_count()} cores, {cpu}, {mem:.0f} GiB; Python {platform.python_version()}, "
-            f"pyarrow {pa.__version__}, numba {nb.__version__}, duckdb {duckdb.__version__}")
+    """One line for the report: bench/common.machine() plus this bench's peers' versions."""
+    m = common.machine()
+    return (f"{m['nproc']} cores, {m['cpu']}, {m['memory_gb']} GiB; Python {m['python']}, "
+            f"pyarrow {m['pyarrow']}, numba {m['numba']}, duckdb {duckdb.__version__}")
 
 
 SEED_CASES = "uniform:100,uniform:1000,zipf:100,zipf:1000"

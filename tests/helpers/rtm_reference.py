@@ -4,36 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def tol_cmp(x, y, eps) -> int:
-    for xj, yj, e in zip(x, y, eps):
-        if xj < yj - e:
-            return -1
-        if xj > yj + e:
-            return 1
-    return 0
-
-
-def sweep(a: list, b: list, eps):
-    """a, b: lists of (key tuple, row). Returns (pairs [(ia, jb)], i, j) as in spec section 3."""
-    i = j = 0
-    pairs = []
-    while i < len(a) and j < len(b):
-        c = tol_cmp(a[i][0], b[j][0], eps)
-        if c < 0:
-            i += 1
-        elif c > 0:
-            j += 1
-        else:
-            pairs.append((i, j))
-            ia, jb = i, j
-            i += 1
-            while i < len(a) and tol_cmp(a[i][0], a[ia][0], eps) == 0:
-                i += 1
-            j += 1
-            while j < len(b) and tol_cmp(b[j][0], b[jb][0], eps) == 0:
-                j += 1
-    return pairs, i, j
+from cgm_reference import sweep, tol_cmp  # noqa: F401 - the spec's sweep, shared by both oracles
 
 
 def in_box(k: np.ndarray, lo, hi) -> np.ndarray:
