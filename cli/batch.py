@@ -138,11 +138,11 @@ def batch(
                 rec: dict[str, Any] = {"name": j["name"], "a": j["a"], "b": j["b"]}
                 t = time.perf_counter()
                 try:
-                    from smerge.jobs import prepare, run_local
+                    from smerge.jobs import needs_spark_readers, prepare, run_local
 
                     cj = make_job(j)
                     rec["output"], rec["stats"] = cj.output, cj.stats
-                    prep = prepare(cj)
+                    prep = cj if not local and needs_spark_readers(cj, spark_conf) else prepare(cj)
                     if local:
                         result = run_local(prep, progress=bar)
                     else:

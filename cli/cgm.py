@@ -76,7 +76,7 @@ def cgm(
     """CGM best-effort eps-delta merge of two partially sorted streams (spec section 3)."""
 
     def body() -> int:
-        from smerge.jobs import CGMJob, prepare, run_local
+        from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
 
         job = CGMJob(
             a=a, b=b, output=output, format=format, keys_a=split_list(keys), keys_b=split_list(keys_b),
@@ -88,7 +88,8 @@ def cgm(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         spark_conf = parse_conf(conf)
-        prep = prepare(job)
+        # URL inputs are opened by Spark's readers, in the session: prepared there.
+        prep = job if not local and needs_spark_readers(job, spark_conf) else prepare(job)
         bar = tqdm_progress(progress_enabled(progress))
         if local:
             result = run_local(prep, progress=bar)

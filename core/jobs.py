@@ -100,19 +100,25 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
     if job.stats:
         check_output_path(job.stats, overwrite=True)
     for p in (job.a, job.b):
+        if p is not None and p.startswith("file://"):
+            p = p[len("file://"):]
         if p is not None and os.path.abspath(p) == os.path.abspath(output):
             raise OutputError(f"output {output!r} is also an input; choose another -o")
     return fmt, unmatched
 
 
-def prepare(job: CGMJob) -> PreparedMerge:
-    """Open inputs (metadata only) and validate every parameter and output path."""
-    src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> PreparedMerge:
+    """Open inputs (metadata only) and validate every parameter and output path.
+
+    ``opener(path, keys=, variables=, batch_rows=)`` opens an input (default: smerge's own
+    readers; the Spark runner passes one that reads URLs with Spark's readers).
+    """
+    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
     keys_b = job.keys_b or job.keys_a
-    src_b = open_input(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+    src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
     if not src_b.keys and src_a.keys:
         # Tabular B has no default keys: use A's (same names in both inputs, spec/CLI.md).
-        src_b = open_input(job.b, keys=src_a.keys, variables=job.vars_b, batch_rows=job.batch_rows)
+        src_b = opener(job.b, keys=src_a.keys, variables=job.vars_b, batch_rows=job.batch_rows)
     if not src_a.keys:
         raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
     if not src_b.keys:
@@ -186,6 +192,19 @@ def write_stats(path: str, stats: dict) -> None:
     os.replace(tmp, path)
 
 
+def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
+    """True when an input is a URL for Spark's readers (hdfs://, s3a://, file://, ...) or the
+    run asks for them (``--conf smerge.reader=spark``): the inputs are then opened in Spark."""
+    from smerge.datasets import is_spark_url
+
+    reader = str((conf or {}).get("smerge.reader", "auto")).lower()
+    if reader not in ("auto", "spark", "smerge"):
+        raise UsageError(f"--conf smerge.reader={reader!r}: use auto, spark or smerge")
+    if reader == "smerge":
+        return False
+    return reader == "spark" or any(is_spark_url(p) for p in (job.a, job.b) if p)
+
+
 def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, prefetch_depth: int = 4) -> dict:
     """Run the CGM merge in this process; return the statistics dict (spec/CLI.md)."""
     t0 = time.perf_counter()
@@ -237,6 +256,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "check_outputs", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "needs_spark_readers", "check_outputs", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
            "write_stats", "default_output",
            "SmergeError", "Progress"]

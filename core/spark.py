@@ -285,10 +285,13 @@ def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> t
 # The run
 
 
-def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, partitions: int | None = None,
+def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int | None = None,
                   conf: dict[str, str] | None = None, progress=None, verbose: bool = False, spark=None) -> dict:
     """Run the CGM merge of ``prep`` on Spark; return the statistics dict (spec/CLI.md).
 
+    ``prep``: a ``PreparedMerge`` (inputs opened by smerge's readers: slab pairing), or a
+    ``CGMJob`` whose inputs are opened in the Spark session -- URLs by Spark's own readers
+    (``smerge.spark_frames``; see ``smerge.jobs.needs_spark_readers``).
     ``spark``: an existing SparkSession (batch runs, tests); otherwise one is started for
     ``master`` and stopped at the end. ``partitions``: P, the number of key ranges (default:
     Spark's default parallelism). Settings ``smerge.*`` in ``conf`` are smerge's own (docs/spark.md).
@@ -304,11 +307,22 @@ def run_cgm_spark(prep: PreparedMerge, *, master: str | None = DEFAULT_MASTER, p
         spark = start_session(master, spark_conf, verbose=verbose)
     session_seconds = time.perf_counter() - t_session
     try:
+        if not isinstance(prep, PreparedMerge):
+            prep = prepare_frames(prep, spark)
         return _run(prep, spark, partitions, own, progress, session_seconds)
     finally:
         if owns_session:
             with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
                 spark.stop()
+
+
+def prepare_frames(job, spark) -> PreparedMerge:
+    """``prepare`` with the inputs opened in ``spark``: URLs (and, beside a URL, local Parquet/CSV)
+    by Spark's readers, local netCDF through the ``smerge_netcdf`` data source."""
+    from smerge.jobs import prepare
+    from smerge.spark_frames import open_frame
+
+    return prepare(job, opener=lambda path, **kw: open_frame(spark, path, **kw))
 
 
 MIN_PARTITION_RECORDS = 1_000_000
@@ -318,11 +332,15 @@ def default_partitions(prep: PreparedMerge, parallelism: int, own: dict) -> int:
     """P when --partitions is not given: Spark's default parallelism, but no more partitions
     than the larger input has ``smerge.partition.min_records`` (default 1,000,000) records:
     below that a partition's merge takes less time than planning and one more task cost."""
+    return _default_parts([prep.src_a.num_rows, prep.src_b.num_rows], parallelism, own)
+
+
+def _default_parts(sizes: list[int | None], parallelism: int, own: dict) -> int:
     try:
         floor = int(own.get("smerge.partition.min_records", MIN_PARTITION_RECORDS))
     except ValueError:
         raise UsageError("--conf smerge.partition.min_records: give a whole number of records") from None
-    sizes = [n for n in (prep.src_a.num_rows, prep.src_b.num_rows) if n is not None]
+    sizes = [n for n in sizes if n is not None]
     parts = max(1, parallelism)
     if sizes and len(sizes) == 2 and floor > 0:
         parts = min(parts, max(1, -(-max(sizes) // floor)))
@@ -338,39 +356,185 @@ def _explicit_bounds(own: dict) -> tuple[float, ...] | None:
         raise UsageError(f"--conf smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
 
 
+def _plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bounds, own: dict, progress):
+    """Slab pairing: (bounds, how each input was planned, chunk runs of A and B per partition)."""
+    job = prep.job
+    parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
+    if bounds == () or (bounds is None and parts == 1):
+        return (), {"a": "none", "b": "none"}, (((0, specs["a"].outer),),), (((0, specs["b"].outer),),)
+    chunk_stats, plan_how = _plan_chunks(prep, sc, specs, own, progress)
+    if job.nan_keys == "error":
+        for side, path in (("a", job.a), ("b", job.b)):
+            bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
+            if bad:
+                raise KeyNaNError(bad[0].first_nan_key, bad[0].first_nan_row, path)
+    if bounds is None:
+        sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
+        bounds = choose_bounds(sample, parts)
+    eps1 = float(prep.params.eps[0])
+    edges = [-np.inf, *bounds, np.inf]
+    P = len(bounds) + 1
+    runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
+                   for p in range(P))
+    runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
+                               specs["b"].step) for p in range(P))
+    return bounds, plan_how, runs_a, runs_b
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs read by Spark's own readers (URLs): smerge.spark_frames
+
+
+def _frame_sources(prep: PreparedMerge) -> dict | None:
+    from smerge.spark_frames import FrameSource
+
+    srcs = {"a": prep.src_a, "b": prep.src_b}
+    if not any(isinstance(s, FrameSource) for s in srcs.values()):
+        return None
+    for side, s in srcs.items():
+        if not isinstance(s, FrameSource):
+            raise UsageError(f"{s.path}: open both inputs with smerge.spark_frames when one of them is a URL")
+    return srcs
+
+
+def _spark_action(what: str):
+    """Run a Spark action; a failure inside Spark (a file it cannot read, a bad CSV row, an
+    error raised by smerge in a Python task) becomes one line naming ``what``."""
+
+    def run(fn):
+        try:
+            return fn()
+        except SmergeError:
+            raise
+        except Exception as e:  # noqa: BLE001 - Py4J/PySpark exceptions carry the JVM's message
+            raise _task_failure(e, what) from None
+
+    return run
+
+
+def _task_failure(e: Exception, what: str) -> SmergeError:
+    import re
+
+    text = str(e)
+    for name, cls in _ERRORS.items():
+        m = re.search(rf"(?:smerge\.errors\.)?{name}: (.+)", text)
+        if m:
+            return cls(m.group(1).strip())
+    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    first = re.sub(r"\s*SQLSTATE:.*$", "", first)
+    return InputError(f"{what}: Spark failed ({first}); check the inputs (--verbose shows Spark's log)")
+
+
+def _plan_frames(prep: PreparedMerge, sc, frames: dict, partitions: int | None, bounds, own: dict, progress):
+    """The k1 scans of both inputs (row-id offsets, NaN check, sample) and the bounds."""
+    from smerge.spark_frames import scan_frame
+
+    job = prep.job
+    scans = {}
+    for side, src in frames.items():
+        act = _spark_action(src.path)
+        scans[side] = act(lambda: scan_frame(
+            src, lambda fn: run_job(sc, fn, 1, None, f"scan keys of {side.upper()}")))
+        if job.nan_keys == "error" and scans[side].first_nan_row >= 0:
+            raise KeyNaNError(src.keys[0], scans[side].first_nan_row, src.path)
+    parts = partitions or _default_parts([scans["a"].count, scans["b"].count], sc.defaultParallelism, own)
+    if bounds is None:
+        bounds = choose_bounds(np.concatenate([scans["a"].sample, scans["b"].sample]), parts) if parts > 1 else ()
+    return scans, bounds
+
+
+def _empty_result(p: int) -> dict:
+    return {"p": p, "a_records": 0, "b_records": 0, "b_visible": 0, "b_shared_owned": 0, "a_nan_keys": 0,
+            "b_nan_keys": 0, "final_pairs": 0, "engine_pairs": 0, "passes": 0, "kappas": [],
+            "merge_seconds": 0.0, "write_seconds": 0.0, "read_seconds": 0.0, "task_seconds": 0.0,
+            "seam": None, "seam_owned": b"", "cand_b": None}
+
+
+@contextlib.contextmanager
+def _session_conf(spark, values: dict[str, str]):
+    """Set SQL settings for the queries planned inside the block, then restore them."""
+    old = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
+
+
+def _merge_frames(spark, plan: MergePlan, frames: dict, scans: dict, progress) -> list[dict]:
+    """Tag both inputs with row ids and partitions, shuffle them into P groups, merge each group."""
+    from smerge.spark_frames import cogroup_merge, results_of, salts, tagged_frame
+
+    P = plan.parts
+    salt = salts(spark, P)
+    ta = tagged_frame(frames["a"], "a", scans["a"], plan.bounds, plan.eps1, salt)
+    tb = tagged_frame(frames["b"], "b", scans["b"], plan.bounds, plan.eps1, salt)
+    sc = spark.sparkContext
+    act = _spark_action(f"{plan.source_a} + {plan.source_b}")
+    with _session_conf(spark, {"spark.sql.shuffle.partitions": str(P),
+                               "spark.sql.adaptive.coalescePartitions.enabled": "false"}):
+        rows = act(lambda: run_job(sc, lambda: cogroup_merge(ta, tb, plan, salt).collect(), P, progress,
+                                   "merge partitions"))
+    results = {r["p"]: r for r in results_of(rows)}
+    return [results.get(p) or _empty_result(p) for p in range(P)]
+
+
+def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> float:
+    """kappa_max of frame inputs, in one task that gets both inputs' keys (as ``_kappa_max``)."""
+    from smerge.spark_frames import ROW, tagged_frame
+
+    def keyed(side):
+        src = frames[side]
+        t = tagged_frame(src, side, scans[side], (), plan.eps1, [0], replicate=False)
+        return t.select(*[f"`{k}`" for k in src.keys], ROW, "_salt")
+
+    def task(key, left: pa.Table, right: pa.Table) -> pa.Table:
+        from smerge.merge.cgm import kappa_max_pairs
+        from smerge.merge.keys import key_matrix
+
+        out = []
+        for t, spec in ((left, plan.a), (right, plan.b)):
+            k = key_matrix(t, spec.keys)
+            r = t.column(ROW).to_numpy()
+            good = ~np.isnan(k).any(axis=1)
+            out.append((np.ascontiguousarray(k[good]), r[good], t.num_rows))
+        (ka, ra, na), (kb, rb, _) = out
+        o = np.argsort(ra, kind="stable")
+        ka, ra = np.ascontiguousarray(ka[o]), ra[o]
+        o = np.argsort(rb, kind="stable")
+        kb, rb = np.ascontiguousarray(kb[o]), rb[o]
+        pairs = kappa_max_pairs(ka, ra, kb, rb, plan.params.eps)
+        return pa.table({"k": pa.array([pairs / na if na else 1.0], pa.float64())})
+
+    a, b = keyed("a"), keyed("b")
+    with _session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
+        rows = _spark_action("--kappa-max")(
+            lambda: a.groupBy("_salt").cogroup(b.groupBy("_salt")).applyInArrow(task, "k double").collect())
+    return rows[0].k if rows else 1.0
+
+
 def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress, session_seconds: float) -> dict:
     t0 = time.perf_counter()
     sc = spark.sparkContext
     job = prep.job
     specs = {"a": _side_spec(prep, "a"), "b": _side_spec(prep, "b")}
-    parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
+    eps1 = float(prep.params.eps[0])
+    frames = _frame_sources(prep)
     bounds = _explicit_bounds(own)
 
     # (1) planning: none for one partition; metadata or a k1 scan otherwise
-    plan_how = {"a": "none", "b": "none"}
-    if bounds == () or (bounds is None and parts == 1):
-        bounds = ()
-        runs_a = (((0, specs["a"].outer),),)
-        runs_b = (((0, specs["b"].outer),),)
+    if frames:
+        scans, bounds = _plan_frames(prep, sc, frames, partitions, bounds, own, progress)
+        plan_how = {"a": "spark-scan", "b": "spark-scan"}
+        runs_a = runs_b = ((),) * (len(bounds) + 1)
     else:
-        chunk_stats, plan_how = _plan_chunks(prep, sc, specs, own, progress)
-        if job.nan_keys == "error":
-            for side, path in (("a", job.a), ("b", job.b)):
-                bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
-                if bad:
-                    raise KeyNaNError(bad[0].first_nan_key, bad[0].first_nan_row, path)
-        if bounds is None:
-            sample = np.concatenate([s.sample for side in ("a", "b") for s in chunk_stats[side]] or [np.empty(0)])
-            bounds = choose_bounds(sample, parts)
-        P = len(bounds) + 1
-        eps1 = float(prep.params.eps[0])
-        edges = [-np.inf, *bounds, np.inf]
-        runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
-                       for p in range(P))
-        runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
-                                   specs["b"].step) for p in range(P))
+        bounds, plan_how, runs_a, runs_b = _plan_slabs(prep, sc, specs, partitions, bounds, own, progress)
     P = len(bounds) + 1
-    eps1 = float(prep.params.eps[0])
     plan_seconds = time.perf_counter() - t0
 
     # (2) the merge job: executors write the part files
@@ -400,8 +564,11 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()
-        results = run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
-                           P, progress, "merge partitions")
+        if frames:
+            results = _merge_frames(spark, plan, frames, scans, progress)
+        else:
+            results = run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
+                              P, progress, "merge partitions")
         job_seconds = time.perf_counter() - t1
         results.sort(key=lambda r: r["p"])
         _raise_partition_errors(results)
@@ -428,7 +595,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.kappas = [k for r in results for k in r["kappas"]]
     stats.check_accounting()
     if job.kappa_max:
-        stats.kappa_max = _kappa_max(sc, plan)
+        stats.kappa_max = _frames_kappa_max(spark, plan, frames, scans) if frames else _kappa_max(sc, plan)
     stats.fetch_seconds = plan_seconds + sum(r.get("read_seconds", 0.0) for r in results)
     stats.merge_seconds = sum(r["merge_seconds"] for r in results)
     stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds

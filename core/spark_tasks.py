@@ -317,31 +317,51 @@ class _PartWriter:
                 os.unlink(self.tmp)
 
 
-def _owner(bounds: np.ndarray, k1: np.ndarray) -> np.ndarray:
+def owner(bounds: np.ndarray, k1: np.ndarray) -> np.ndarray:
     own = np.searchsorted(bounds, k1, side="right")
     own[np.isnan(k1)] = 0
     return own
 
 
-def _stream(spec: SideSpec, runs, select, rows: _Rows) -> Iterator[KeyedBatch]:
-    """The partition's records of one input in arrival order, with their key matrix; their
-    global ids go to ``rows``. Runs in a reader thread (the key matrix is computed there)."""
+def visibility(bounds: np.ndarray, k: np.ndarray, eps1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The ownership rule for B records with key matrix ``k``: (owner, lowest and highest
+    partition that sees the record). A record with a NaN key is seen by its owner only."""
+    k1 = k[:, 0]
+    own = owner(bounds, k1)
+    with np.errstate(invalid="ignore"):
+        lo = np.searchsorted(bounds, k1 - eps1, side="right")
+        hi = np.searchsorted(bounds, k1 + eps1, side="right")
+    nan = np.isnan(k).any(axis=1)
+    lo[nan] = own[nan]
+    hi[nan] = own[nan]
+    return own, lo, hi
+
+
+def _file_batches(spec: SideSpec, runs) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """The records of ``runs`` (outer-index ranges) of one input, with their global row ids."""
     src = spec.open()
     for start, stop in runs:
         row = start * spec.inner
         for batch in src.batches(start, stop):
             n = batch.num_rows
-            g = np.arange(row, row + n, dtype=np.int64)
+            yield batch, np.arange(row, row + n, dtype=np.int64)
             row += n
-            k = key_matrix(batch, spec.keys)
-            mask = select(k)
-            if mask is None or mask.all():
-                if rows is not None:
-                    rows.extend(g)
-                yield KeyedBatch(batch, k)
-            elif mask.any():
-                rows.extend(g[mask])
-                yield KeyedBatch(batch.filter(pa.array(mask)), np.ascontiguousarray(k[mask]))
+
+
+def _stream(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], keys: tuple[str, ...], select,
+            rows: _Rows | None) -> Iterator[KeyedBatch]:
+    """The partition's records of one input in arrival order, with their key matrix; their
+    global ids go to ``rows``. Runs in a reader thread (the key matrix is computed there)."""
+    for batch, g in batches:
+        k = key_matrix(batch, keys)
+        mask = select(k)
+        if mask is None or mask.all():
+            if rows is not None:
+                rows.extend(g)
+            yield KeyedBatch(batch, k)
+        elif mask.any():
+            rows.extend(g[mask])
+            yield KeyedBatch(batch.filter(pa.array(mask)), np.ascontiguousarray(k[mask]))
 
 
 class _Inline:
@@ -400,13 +420,15 @@ def read_ipc_bytes(data: bytes | None) -> pa.Table | None:
     return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
-def run_partition(plan: MergePlan, p: int) -> dict:
+def run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | None = None) -> dict:
     """Merge partition ``p``: write its final pairs / unmatched records; return stats and seams.
 
+    The task reads its chunks of A and B itself (slab pairing), or is given them: ``tables``
+    are the partition's records of A and B with a ``_row`` column (``smerge.spark_frames``).
     SmergeErrors are returned (not raised) so that the driver can report them as one line.
     """
     try:
-        return _run_partition(plan, p)
+        return _run_partition(plan, p, tables)
     except KeyNaNError as e:
         side = "a" if e.source == plan.source_a else "b"
         return {"p": p, "error": (type(e).__name__, str(e), e.column, e.row, side)}
@@ -426,7 +448,7 @@ def _maybe_kill(plan: MergePlan, p: int) -> None:
         os._exit(17)  # a killed Python worker: Spark retries the task
 
 
-def _run_partition(plan: MergePlan, p: int) -> dict:
+def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | None) -> dict:
     from smerge.merge.output import pair_schema
     from smerge.transport import BackgroundWriter, Prefetcher
 
@@ -442,7 +464,7 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         if single:
             counters["a"] += k.shape[0]
             return None
-        mask = _owner(bounds, k[:, 0]) == p
+        mask = owner(bounds, k[:, 0]) == p
         counters["a"] += int(mask.sum())
         return mask
 
@@ -452,14 +474,7 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
             counters["b_owned"] += n
             counters["b_visible"] += n
             return None
-        k1 = k[:, 0]
-        own = _owner(bounds, k1)
-        with np.errstate(invalid="ignore"):
-            lo = np.searchsorted(bounds, k1 - eps1, side="right")
-            hi = np.searchsorted(bounds, k1 + eps1, side="right")
-        nan = np.isnan(k).any(axis=1)
-        lo[nan] = own[nan]
-        hi[nan] = own[nan]
+        own, lo, hi = visibility(bounds, k, eps1)
         vis = (lo <= p) & (p <= hi)
         shared = (lo != hi)[vis]
         owned = (own == p)[vis]
@@ -471,8 +486,15 @@ def _run_partition(plan: MergePlan, p: int) -> dict:
         return vis
 
     # One partition reads every record in order: local ids are the global row ids already.
-    a_it = _Inline(_stream(plan.a, plan.runs_a[p], select_a, None if single else ga))
-    b_it = _Inline(_stream(plan.b, plan.runs_b[p], select_b, None if single else gb))
+    if tables is None:
+        src_a, src_b = _file_batches(plan.a, plan.runs_a[p]), _file_batches(plan.b, plan.runs_b[p])
+    else:
+        from smerge.spark_frames import table_batches
+
+        src_a = table_batches(tables[0], plan.a.schema, plan.a.batch_rows)
+        src_b = table_batches(tables[1], plan.b.schema, plan.b.batch_rows)
+    a_it = _Inline(_stream(src_a, plan.a.keys, select_a, None if single else ga))
+    b_it = _Inline(_stream(src_b, plan.b.keys, select_b, None if single else gb))
     if plan.prefetch:
         a_it, b_it = Prefetcher(a_it, 4, "smerge-read-a"), Prefetcher(b_it, 4, "smerge-read-b")
     stats = MergeStats("cgm")

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, backends, guess_backend, register_backend
+from smerge.datasets.base import (DEFAULT_BATCH_ROWS, GridInfo, InputSource, backends, guess_backend, is_spark_url,
+                                  local_path, register_backend)
 from smerge.datasets.writers import FORMATS, Output, check_output_path, format_for, open_output
 
 __all__ = [
-    "DEFAULT_BATCH_ROWS", "GridInfo", "InputSource", "backends", "guess_backend", "register_backend",
+    "DEFAULT_BATCH_ROWS", "GridInfo", "InputSource", "backends", "guess_backend", "register_backend", "is_spark_url",
+    "local_path",
     "open_input", "FORMATS", "Output", "check_output_path", "format_for", "open_output",
 ]
 
@@ -28,5 +30,6 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
     CF units ``"<unit> since <date>"`` become ``timestamp[ns]``. Nothing is read beyond metadata
     until ``batches()`` is iterated.
     """
+    path = local_path(path)  # file:///x read by smerge's own readers (in-process runs)
     backend = guess_backend(path, fmt)
     return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times)

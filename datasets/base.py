@@ -8,6 +8,7 @@ looks at the magic number first, then at the extension, and whose ``open`` retur
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol, Sequence
 
@@ -91,9 +92,27 @@ def backends() -> dict[str, Backend]:
     return dict(_REGISTRY)
 
 
+SERVER_SCHEMES = ("grpc", "grpc+tcp", "grpc+tls", "grpcs")
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def is_spark_url(path: str) -> bool:
+    """A URL for Spark's readers (hdfs://, s3a://, gs://, file://, ...), not a server stream."""
+    m = _URL.match(path)
+    return bool(m) and m.group(1).lower() not in SERVER_SCHEMES
+
+
+def local_path(path: str) -> str:
+    """``file:///x`` is the local path ``/x``; other paths are returned unchanged."""
+    return path[len("file://"):] if path.lower().startswith("file://") else path
+
+
 def read_magic(path: str) -> bytes:
-    if path.split("://", 1)[0].lower() in ("grpc", "grpc+tcp", "grpc+tls", "grpcs") and "://" in path:
+    if path.split("://", 1)[0].lower() in SERVER_SCHEMES and "://" in path:
         return b""  # a server stream, not a file: datasets/flight.py opens it
+    if is_spark_url(path):
+        raise InputError(f"{path}: a URL that only Spark's readers open (Parquet or CSV): `smerge cgm` reads it "
+                         "on Spark (without --local); for other commands copy the file to a local path")
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file; check the path")
     if os.path.isdir(path):

@@ -1,0 +1,185 @@
+"""Inputs at URLs, read by Spark's own Parquet/CSV readers (smerge.spark_frames).
+
+The oracle for the shuffle plan is slab pairing: with the same boundaries both plans hand the
+same records, in the same order, to the same engine task, so the outputs must be identical.
+Spark is made to cut the files into many small splits, packed out of order, so that the row
+ids really come from the split offsets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from spark_data import partially_sorted, write_stream
+
+from smerge.datasets import open_input
+from smerge.errors import InputError, UsageError
+from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
+from smerge.spark import run_cgm_spark
+from smerge.spark_frames import frame_format
+
+pytestmark = pytest.mark.slow
+
+
+def url(path) -> str:
+    return "file://" + os.path.abspath(str(path))
+
+
+@contextlib.contextmanager
+def small_splits(spark, nbytes=1500):
+    """Many file splits (Spark packs them into partitions by size, not in file order)."""
+    keys = ("spark.sql.files.maxPartitionBytes", "spark.sql.files.openCostInBytes")
+    old = {k: spark.conf.get(k) for k in keys}
+    spark.conf.set(keys[0], str(nbytes))
+    spark.conf.set(keys[1], "1")
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            spark.conf.set(k, v)
+
+
+def job(tmp, a, b, name, **kw) -> CGMJob:
+    base = dict(a=a, b=b, output=str(tmp / f"{name}.parquet"), keys_a=("k1", "k2"), with_ids=True,
+                unmatched=str(tmp / f"{name}-un"), overwrite=True, batch_rows=64)
+    base.update(kw)
+    return CGMJob(**base)
+
+
+def outputs(tmp, name):
+    return [pq.read_table(tmp / f) for f in (f"{name}.parquet", f"{name}-un.a.parquet", f"{name}-un.b.parquet")]
+
+
+SAME = ("a_records", "b_records", "matched", "a_unmatched", "b_unmatched", "passes", "b_shared", "seam_pairs",
+        "seam_pairs_dropped", "partition_pairs", "bounds")
+
+
+def test_which_inputs_go_to_spark_readers():
+    assert frame_format("hdfs://nn:8020/data/obs.parquet") == "parquet"
+    assert frame_format("s3a://bucket/obs/") == "parquet"  # a dataset folder
+    assert frame_format("s3a://bucket/obs") == "parquet"
+    assert frame_format("file:///x/y.csv.gz") == "csv"
+    assert frame_format("gs://b/y.TSV") == "csv"
+    with pytest.raises(InputError, match="Parquet .* or CSV"):
+        frame_format("hdfs://nn/x.nc")
+    j = CGMJob(a="hdfs://nn/a.parquet", b="b.nc")
+    assert needs_spark_readers(j) and needs_spark_readers(CGMJob(a="a.csv", b="b.nc"), {"smerge.reader": "spark"})
+    assert not needs_spark_readers(CGMJob(a="a.csv", b="grpc://h:1/b"))
+    assert not needs_spark_readers(j, {"smerge.reader": "smerge"})
+    with pytest.raises(UsageError, match="smerge.reader"):
+        needs_spark_readers(j, {"smerge.reader": "jvm"})
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10**6), parts=st.integers(1, 4), eps=st.sampled_from([0.0, 0.25, 1.0]),
+       window=st.integers(2, 12), csv_b=st.booleans())
+def test_spark_readers_equal_slab_pairing(spark, tmp_path_factory, seed, parts, eps, window, csv_b):
+    tmp = tmp_path_factory.mktemp("frames")
+    rng = np.random.default_rng(seed)
+    na, nb = int(rng.integers(50, 400)), int(rng.integers(50, 400))
+    a = write_stream(tmp / "a.parquet", partially_sorted(na, rng, spread=10), rng.integers(0, 2, na) * 0.5, seed=seed)
+    b = write_stream(tmp / "b.parquet", partially_sorted(nb, rng, spread=10), rng.integers(0, 2, nb) * 0.5,
+                     seed=seed + 1)
+    if csv_b:  # B as CSV: Spark parses it (doubles stay doubles; v is written as float)
+        t = pq.read_table(b)
+        t = t.set_column(2, "v", t["v"].cast(pa.float64()))
+        pcsv.write_csv(t, tmp / "b.csv")
+        b = str(tmp / "b.csv")
+    vals = np.unique(pq.read_table(a)["k1"].to_numpy())
+    bounds = ",".join(str(v) for v in np.sort(rng.choice(vals, size=min(parts - 1, vals.size), replace=False)))
+    conf = {"smerge.bounds": bounds} if bounds else {}
+    inc = max(1, window // 3)
+    kw = dict(window_size=window, least_increment_a=inc, least_increment_b=inc, eps=eps, kappa_max=True)
+    slab = run_cgm_spark(prepare(job(tmp, a, b, "slab", **kw)), partitions=parts, conf=conf, spark=spark)
+    with small_splits(spark):
+        fr = run_cgm_spark(job(tmp, url(a), url(b), "frames", **kw), partitions=parts, conf=conf, spark=spark)
+    assert fr["plan"] == {"a": "spark-scan", "b": "spark-scan"} and slab["plan"] != fr["plan"]
+    for x, y in zip(outputs(tmp, "slab"), outputs(tmp, "frames")):
+        assert y.cast(x.schema).equals(x)
+    for k in SAME:
+        assert fr[k] == slab[k], k
+    assert fr["kappa_max"] == pytest.approx(slab["kappa_max"])
+
+
+def test_parquet_folder_url_is_read_in_file_name_order(spark, tmp_path):
+    rng = np.random.default_rng(5)
+    n = 900
+    whole = write_stream(tmp_path / "whole.parquet", partially_sorted(n, rng), rng.integers(0, 3, n), seed=3)
+    b = write_stream(tmp_path / "b.parquet", partially_sorted(n, rng), rng.integers(0, 3, n), seed=4)
+    t = pq.read_table(whole)
+    os.mkdir(tmp_path / "a")
+    # sizes 100, 700, 100: Spark packs the big file's splits first
+    for i, (lo, hi) in enumerate([(0, 100), (100, 800), (800, 900)]):
+        pq.write_table(t.slice(lo, hi - lo), tmp_path / "a" / f"part-{i}.parquet", row_group_size=50)
+    kw = dict(eps=0.25, window_size=20, least_increment_a=5, least_increment_b=5)
+    local = run_local(prepare(job(tmp_path, whole, b, "local", **kw)))
+    with small_splits(spark, 3000):
+        one = run_cgm_spark(job(tmp_path, url(tmp_path / "a") + "/", url(b), "one", **kw), partitions=1, spark=spark)
+    for x, y in zip(outputs(tmp_path, "local"), outputs(tmp_path, "one")):
+        assert y.equals(x)
+    for k in ("matched", "a_records", "b_records", "passes", "report_windows"):
+        assert one[k] == local[k], k
+
+
+def test_local_netcdf_with_a_parquet_url(spark, tmp_path, ncar_dir):
+    # A: the NCAR grid through the smerge_netcdf data source; B: the same storm as Parquet at a URL
+    p, tcdf = os.path.join(ncar_dir, "Pstorm.cdf"), os.path.join(ncar_dir, "Tstorm.cdf")
+    src = open_input(tcdf)
+    pq.write_table(pa.Table.from_batches(list(src.batches()), schema=src.schema), tmp_path / "t.parquet",
+                   row_group_size=5000)
+    keys = tuple(src.keys)
+    kw = dict(keys_a=keys, eps=0.01, window_size=500, least_increment_a=100, least_increment_b=100)
+    local = run_local(prepare(job(tmp_path, p, str(tmp_path / "t.parquet"), "local", **kw)))
+    fr = run_cgm_spark(job(tmp_path, p, url(tmp_path / "t.parquet"), "frames", **kw), partitions=1, spark=spark)
+    assert local["matched"] == fr["matched"] == 76032
+    for x, y in zip(outputs(tmp_path, "local"), outputs(tmp_path, "frames")):
+        assert y.cast(x.schema).equals(x)
+    two = run_cgm_spark(job(tmp_path, p, url(tmp_path / "t.parquet"), "two", **kw), partitions=2, spark=spark)
+    assert two["partitions"] == 2 and two["matched"] == 76032 and two["b_shared"] == 0
+
+
+def test_url_input_errors(spark, tmp_path):
+    a = write_stream(tmp_path / "a.parquet", np.arange(50.0), np.zeros(50))
+    with pytest.raises(InputError, match="only Spark's readers"):
+        prepare(job(tmp_path, "hdfs://namenode:8020/a.parquet", a, "x"))
+    with pytest.raises(InputError, match="Spark cannot read it"):
+        run_cgm_spark(job(tmp_path, url(tmp_path / "missing.parquet"), a, "x"), spark=spark)
+    with pytest.raises(InputError, match="Parquet .* or CSV"):
+        run_cgm_spark(job(tmp_path, url(tmp_path / "a.dat"), a, "x"), spark=spark)
+    ipc = tmp_path / "b.arrow"
+    with pa.OSFile(str(ipc), "wb") as f, pa.ipc.new_file(f, pq.read_table(a).schema) as w:
+        w.write_table(pq.read_table(a))
+    with pytest.raises(UsageError, match="convert it to Parquet"):
+        run_cgm_spark(job(tmp_path, url(a), str(ipc), "x"), spark=spark)
+    with pytest.raises(UsageError, match="no key 'k9'"):
+        run_cgm_spark(job(tmp_path, url(a), url(a), "x", keys_a=("k9",)), spark=spark)
+    # a NaN (empty) leading key in a CSV at a URL: reported with its row before the merge job
+    (tmp_path / "nan.csv").write_text("k1,k2,v\n1,0,0.5\n2,0,0.5\n,0,0.5\n4,0,0.5\n")
+    with pytest.raises(InputError, match=r"row 2\b"):
+        run_cgm_spark(job(tmp_path, url(tmp_path / "nan.csv"), url(a), "x"), partitions=2, spark=spark)
+    assert not list(tmp_path.glob("x*")) and not list(tmp_path.glob(".*smerge*"))
+
+
+def test_cli_url_inputs(tmp_path):
+    a = write_stream(tmp_path / "a.parquet", np.arange(200.0), np.zeros(200))
+    b = write_stream(tmp_path / "b.parquet", np.arange(200.0) + 0.1, np.zeros(200))
+    cmd = [sys.executable, "-m", "smerge", "cgm", "--keys", "k1,k2", "--eps", "0.2", "--partitions", "2", "--json"]
+    r = subprocess.run([*cmd, url(a), url(b), "-o", "o.parquet"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 200
+    r = subprocess.run([*cmd, "--local", "s3a://bucket/a.parquet", b, "-o", "p.parquet"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "without --local" in r.stderr
+    assert not (tmp_path / "p.parquet").exists()
