@@ -417,10 +417,17 @@ def _task_failure(e: Exception, what: str) -> SmergeError:
 
     text = str(e)
     for name, cls in _ERRORS.items():
-        m = re.search(rf"(?:smerge\.errors\.)?{name}: (.+)", text)
+        m = re.search(rf"(?:smerge\.errors\.)?\b{name}: (.+)", text)
         if m:
             return cls(m.group(1).strip())
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(e).__name__)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if any("Traceback (most recent call last)" in ln for ln in lines):  # a Python task failed
+        tb = lines[next(i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln) + 1:]
+        tb = tb[:next((i for i, ln in enumerate(tb) if ln.startswith("JVM stacktrace")), len(tb))]
+        errs = [ln for ln in tb if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
+        first = errs[-1] if errs else tb[-1]
+    else:
+        first = lines[0] if lines else type(e).__name__
     first = re.sub(r"\s*SQLSTATE:.*$", "", first)
     return InputError(f"{what}: Spark failed ({first}); check the inputs (--verbose shows Spark's log)")
 
@@ -445,9 +452,9 @@ def _plan_frames(prep: PreparedMerge, sc, frames: dict, partitions: int | None, 
 
 def _empty_result(p: int) -> dict:
     return {"p": p, "a_records": 0, "b_records": 0, "b_visible": 0, "b_shared_owned": 0, "a_nan_keys": 0,
-            "b_nan_keys": 0, "final_pairs": 0, "engine_pairs": 0, "passes": 0, "kappas": [],
+            "b_nan_keys": 0, "final_pairs": 0, "engine_pairs": 0, "passes": 0, "kappas": [], "windows": [],
             "merge_seconds": 0.0, "write_seconds": 0.0, "read_seconds": 0.0, "task_seconds": 0.0,
-            "seam": None, "seam_owned": b"", "cand_b": None}
+            "seam": None, "seam_owned": b"", "seam_ord": b"", "cand_b": None}
 
 
 @contextlib.contextmanager
@@ -592,7 +599,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.a_nan_keys = sum(r["a_nan_keys"] for r in results)
     stats.b_nan_keys = sum(r["b_nan_keys"] for r in results)
     stats.passes = sum(r["passes"] for r in results)
-    stats.kappas = [k for r in results for k in r["kappas"]]
+    stats.kappas = report_kappas(results, seam["dropped_at"])
     stats.check_accounting()
     if job.kappa_max:
         stats.kappa_max = _frames_kappa_max(spark, plan, frames, scans) if frames else _kappa_max(sc, plan)
@@ -647,7 +654,7 @@ def _raise_partition_errors(results: list[dict]) -> None:
 
 def _resolve_seams(prep: PreparedMerge, results: list[dict]) -> dict:
     """Keep at most one seam pair per shared B record: its owner's, else the lowest partition's."""
-    tables, owned, part = [], [], []
+    tables, owned, part, ords = [], [], [], []
     for r in results:
         t = read_ipc_bytes(r["seam"])
         if t is None:
@@ -655,8 +662,10 @@ def _resolve_seams(prep: PreparedMerge, results: list[dict]) -> dict:
         tables.append(t)
         owned.append(np.frombuffer(r["seam_owned"], dtype=np.bool_))
         part.append(np.full(t.num_rows, r["p"], dtype=np.int64))
+        ords.append(np.frombuffer(r["seam_ord"], dtype=np.int64))
     if not tables:
-        return {"total": 0, "kept": 0, "pairs": None, "dropped_a": None, "kept_b": np.empty(0, np.int64)}
+        return {"total": 0, "kept": 0, "pairs": None, "dropped_a": None, "kept_b": np.empty(0, np.int64),
+                "dropped_at": {}}
     table = pa.concat_tables(tables)
     owned_a, part_a = np.concatenate(owned), np.concatenate(part)
     b_rows = table.column("b_row").to_numpy()
@@ -671,8 +680,31 @@ def _resolve_seams(prep: PreparedMerge, results: list[dict]) -> dict:
     n_a = len(prep.src_a.schema)
     dropped_a = pa.Table.from_arrays([dropped.column(i) for i in range(n_a)] + [dropped.column("a_row")],
                                      schema=prep.src_a.schema.append(pa.field("a_row", pa.int64())))
+    part_all, ord_all = np.concatenate(part), np.concatenate(ords)
+    dropped_at: dict[int, np.ndarray] = {}
+    for p in np.unique(part_all[~keep]):
+        dropped_at[int(p)] = ord_all[~keep & (part_all == p)]
     return {"total": table.num_rows, "kept": kept.num_rows, "pairs": kept, "dropped_a": dropped_a,
-            "kept_b": kept.column("b_row").to_numpy()}
+            "kept_b": kept.column("b_row").to_numpy(), "dropped_at": dropped_at}
+
+
+def report_kappas(results: list[dict], dropped_at: dict[int, np.ndarray]) -> list[float]:
+    """The report windows' kappas of all partitions (in key-range order) after seam resolution.
+
+    Each partition's engine counted its pairs per report window, in the order it emitted them;
+    a dropped seam pair (known by its position among the partition's pairs) is taken off the
+    matched count of the window that emitted it: its A record stays retired there, unmatched.
+    """
+    kappas: list[float] = []
+    for r in results:
+        counts = np.asarray(r["windows"], dtype=np.int64).reshape(-1, 2)
+        matched = counts[:, 0].copy()
+        ords = dropped_at.get(r["p"])
+        if ords is not None and ords.size:
+            ends = np.cumsum(counts[:, 0])
+            np.subtract.at(matched, np.searchsorted(ends, ords, side="right"), 1)
+        kappas += [m / n for m, n in zip(matched.tolist(), counts[:, 1].tolist())]
+    return kappas
 
 
 def _read_part(path: str):

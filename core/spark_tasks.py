@@ -515,8 +515,9 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     bg = BackgroundWriter(write, 4, "smerge-part-write") if plan.prefetch else _InlineWriter(write)
     seam: list[pa.RecordBatch] = []
     seam_owned: list[np.ndarray] = []
+    seam_ord: list[np.ndarray] = []  # each seam pair's position among the engine's pairs
     cand_b: list[pa.RecordBatch] = []
-    final_pairs = 0
+    final_pairs = engine_seen = 0
 
     # Local ids (positions in this task's streams) become global row ids. With one partition
     # they already are; pairs written without ids need no mapping except seam pairs.
@@ -550,6 +551,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         try:
             for batch in cgm_merge(a_it, b_it, params, schema_a=plan.a.schema, schema_b=plan.b.schema, stats=stats,
                                    unmatched=sink, source_a=plan.source_a, source_b=plan.source_b):
+                base, engine_seen = engine_seen, engine_seen + batch.num_rows
                 if single:
                     bg.put(("pairs", batch))
                     final_pairs += batch.num_rows
@@ -568,6 +570,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
                     final_pairs += int(fin.sum())
                     seam.append(mapped.filter(pa.array(sh)))
                     seam_owned.append(ow[sh])
+                    seam_ord.append(base + np.flatnonzero(sh))
                 _maybe_kill(plan, p)
         except KeyNaNError as e:  # the engine saw a local row id: report the global one
             if single:
@@ -598,11 +601,13 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         "engine_pairs": stats.matched,
         "passes": stats.passes,
         "kappas": list(stats.kappas),
+        "windows": list(stats.report_counts),
         "merge_seconds": stats.merge_seconds,
         "write_seconds": bg.busy_seconds,
         "read_seconds": max(a_it.busy_seconds, b_it.busy_seconds),
         "task_seconds": time.perf_counter() - t0,
         "seam": _ipc_bytes(seam, ids_schema),
         "seam_owned": np.concatenate(seam_owned).tobytes() if seam_owned else b"",
+        "seam_ord": np.concatenate(seam_ord).astype(np.int64).tobytes() if seam_ord else b"",
         "cand_b": _ipc_bytes(cand_b, unb_ids),
     }

@@ -249,6 +249,7 @@ def cgm_merge(
         report.add(0, A.nan_keys)
     report.finish()
     stats.kappas = report.kappas
+    stats.report_counts = report.counts
     stats.a_records, stats.b_records = A.records, B.records
     stats.a_nan_keys, stats.b_nan_keys = A.nan_keys, B.nan_keys
     if compute_kappa_max:

@@ -16,6 +16,7 @@ class ReportWindows:
 
     window_size: int
     kappas: list[float] = field(default_factory=list)
+    counts: list[tuple[int, int]] = field(default_factory=list)  # (matched, retired) per window
     _matched: int = 0
     _retired: int = 0
 
@@ -35,6 +36,7 @@ class ReportWindows:
 
     def _close(self) -> None:
         self.kappas.append(self._matched / self._retired)
+        self.counts.append((self._matched, self._retired))
         self._matched = 0
         self._retired = 0
 
@@ -63,6 +65,7 @@ class MergeStats:
     b_nan_keys: int = 0
     passes: int = 0
     kappas: list[float] = field(default_factory=list)
+    report_counts: list[tuple[int, int]] = field(default_factory=list)  # (matched, retired) per report window
     kappa_max: float | None = None
     fetch_seconds: float = 0.0
     merge_seconds: float = 0.0

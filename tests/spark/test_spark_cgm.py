@@ -121,6 +121,19 @@ def test_shared_boundary_records_pair_once(spark, tmp_path):
     assert stats["seam_pairs_dropped"] > 0
     check_invariants(a, b, tmp_path / "o.parquet", tmp_path / "o-un", 0.5, stats)
     assert stats["matched"] == 4  # every B record pairs once, with an A record on either side
+    # report windows count matches after seam resolution: 7 A records retired, only 4 matched
+    assert stats["report_windows"] == 2 and stats["kappa_min"] < 1.0
+
+
+def test_report_kappas_take_dropped_seam_pairs_off_their_window():
+    from smerge.spark import report_kappas
+
+    results = [{"p": 0, "windows": [(3, 4), (2, 4), (1, 1)]}, {"p": 1, "windows": []},
+               {"p": 2, "windows": [(4, 4)]}]
+    # partition 0 emitted 6 pairs: ordinals 0-2 in window 0, 3-4 in window 1, 5 in window 2
+    got = report_kappas(results, {0: np.array([2, 3, 5]), 2: np.array([0])})
+    assert got == [2 / 4, 1 / 4, 0 / 1, 3 / 4]
+    assert report_kappas(results, {}) == [3 / 4, 2 / 4, 1 / 1, 4 / 4]
 
 
 def test_deterministic_and_retried_task_identical(spark, tmp_path):

@@ -183,3 +183,16 @@ def test_cli_url_inputs(tmp_path):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "without --local" in r.stderr
     assert not (tmp_path / "p.parquet").exists()
+
+
+def test_a_failed_python_task_is_one_line_naming_its_error():
+    from smerge.spark import _task_failure
+
+    text = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
+            "  File \"x.py\", line 1, in f\n    g()\nValueError: bad split\n\nJVM stacktrace:\n"
+            "org.apache.spark.SparkException: Job aborted\n\tat org.apache.Foo")
+    err = _task_failure(Exception(text), "a.csv")
+    assert isinstance(err, InputError) and "\n" not in str(err)
+    assert str(err).startswith("a.csv: Spark failed (ValueError: bad split)")
+    err = _task_failure(Exception("boom\nsmerge.errors.InputError: b.csv: row 7 is short"), "x")
+    assert isinstance(err, InputError) and str(err) == "b.csv: row 7 is short"
