@@ -101,33 +101,33 @@ def slabs_vs_spark_readers(a: str, b: str, out: str, repeat: int) -> list[str]:
     pa_, pb_ = to_parquet(a), to_parquet(b)
     url = lambda p: "file://" + os.path.abspath(p)  # noqa: E731
     spark = start_session("local[2]")
+    slab_nc, spark_nc = "netCDF, slab pairing", "netCDF, Spark reads (smerge.reader=spark: data source + shuffle)"
+    slab_pq, spark_pq = "Parquet, slab pairing", "Parquet at file:// URLs, Spark's Parquet reader + shuffle"
+    keys = ("time", "lat", "lon")
     cases = {
-        "netCDF, slab pairing": lambda: run_cgm_spark(prepare(CGMJob(a=a, b=b, output=out, overwrite=True)),
-                                                      partitions=2, spark=spark),
-        "netCDF, Spark reads (smerge.reader=spark: data source + shuffle)": lambda: run_cgm_spark(
-            CGMJob(a=a, b=b, output=out, overwrite=True), partitions=2, conf={"smerge.reader": "spark"}, spark=spark),
-        "Parquet, slab pairing": lambda: run_cgm_spark(
-            prepare(CGMJob(a=pa_, b=pb_, keys_a=("time", "lat", "lon"), output=out, overwrite=True)),
-            partitions=2, spark=spark),
-        "Parquet at file:// URLs, Spark's Parquet reader + shuffle": lambda: run_cgm_spark(
-            CGMJob(a=url(pa_), b=url(pb_), keys_a=("time", "lat", "lon"), output=out, overwrite=True),
-            partitions=2, spark=spark),
+        slab_nc: lambda: run_cgm_spark(prepare(CGMJob(a=a, b=b, output=out, overwrite=True)), partitions=2,
+                                       spark=spark),
+        spark_nc: lambda: run_cgm_spark(CGMJob(a=a, b=b, output=out, overwrite=True), partitions=2,
+                                        conf={"smerge.reader": "spark"}, spark=spark),
+        slab_pq: lambda: run_cgm_spark(prepare(CGMJob(a=pa_, b=pb_, keys_a=keys, output=out, overwrite=True)),
+                                       partitions=2, spark=spark),
+        spark_pq: lambda: run_cgm_spark(CGMJob(a=url(pa_), b=url(pb_), keys_a=keys, output=out, overwrite=True),
+                                        partitions=2, spark=spark),
     }
+    ref = {slab_nc: slab_nc, spark_nc: slab_nc, slab_pq: slab_pq, spark_pq: slab_pq}
     best: dict = {}
     for r in range(repeat + 1):  # the first round warms the session
         for name, fn in cases.items():
             st = fn()
+            print(f"round {r}: {name}: {st['total_seconds']:.2f} s", file=sys.stderr)
             if r and (name not in best or st["total_seconds"] < best[name]["total_seconds"]):
                 best[name] = st
     spark.stop()
     lines = ["| inputs, plan (local[2], warm session, 2 partitions) | job s | plan s | merge job s | matched | vs slab pairing |",
              "|---|---|---|---|---|---|"]
     for name, st in best.items():
-        ref = best[name.split(",")[0] + ", slab pairing"] if "slab" not in name else st
-        if name.startswith("Parquet at"):
-            ref = best["Parquet, slab pairing"]
         lines.append(f"| {name} | {st['total_seconds']:.2f} | {st['plan_seconds']:.2f} | {st['spark_job_seconds']:.2f} | "
-                     f"{st['matched']:,} | {st['total_seconds'] / ref['total_seconds']:.2f}x |")
+                     f"{st['matched']:,} | {st['total_seconds'] / best[ref[name]]['total_seconds']:.2f}x |")
     return lines
 
 

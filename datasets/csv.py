@@ -1,4 +1,12 @@
-"""CSV backend (pyarrow.csv streaming reader): blocks of bounded size, types inferred."""
+"""CSV backend (pyarrow.csv streaming reader): blocks of bounded size, types inferred.
+
+A row range ``batches(start, stop)`` starts parsing at the byte where data row ``start`` begins,
+found by counting line ends (a vectorised pass over the bytes, no parsing), with the column
+names and types of the whole file (inferred from its first block, as a read from the start
+does). Rows are lines: pyarrow's reader ends a record at every line end (values with line
+breaks are refused) and skips empty lines, and the count does the same. A file whose lines end
+with a bare ``\r`` is parsed from its start.
+"""
 
 from __future__ import annotations
 
@@ -27,17 +35,28 @@ class CSVBackend:
             return False
         return "," in first or "\t" in first
 
-    def _reader(self, path: str):
-        import pyarrow.csv as pcsv
-
+    def _delimiter(self, path: str) -> str:
         delim = "\t" if path.lower().endswith(".tsv") else ","
         if not path.lower().endswith((".csv", ".tsv")):
             with open(path, "rb") as f:
                 head = f.readline(65536)
             if b"\t" in head and b"," not in head:
                 delim = "\t"
-        return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=8 << 20),
-                             parse_options=pcsv.ParseOptions(delimiter=delim))
+        return delim
+
+    def _reader(self, path: str, *, offset: int = 0, schema: pa.Schema | None = None):
+        """The streaming reader of the whole file, or (``offset`` > 0) of the data rows from byte
+        ``offset`` on, with ``schema``'s column names and types (the file's, from its header)."""
+        import pyarrow.csv as pcsv
+
+        parse = pcsv.ParseOptions(delimiter=self._delimiter(path))
+        if not offset:
+            return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=8 << 20), parse_options=parse)
+        stream = pa.OSFile(path, "rb")
+        stream.seek(offset)
+        return pcsv.open_csv(stream, read_options=pcsv.ReadOptions(block_size=8 << 20, column_names=schema.names),
+                             parse_options=parse,
+                             convert_options=pcsv.ConvertOptions(column_types={f.name: f.type for f in schema}))
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
@@ -50,12 +69,60 @@ class CSVBackend:
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             try:
+                offset = row_offset(path, start) if start > 0 else 0
+                if offset > 0:
+                    reader = self._reader(path, offset=offset, schema=file_schema)
+                    yield from sliced(rebatch(reader, batch_rows), 0, None if stop is None else stop - start, schema)
+                    return
+                if offset < 0:  # past the last row
+                    return
                 yield from sliced(rebatch(self._reader(path), batch_rows), start, stop, schema)
             except (OSError, pa.ArrowException) as e:
                 raise InputError(f"{path}: cannot read CSV data ({e}); fix the file (every row needs every column)") from None
 
         return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=None,
                            outer_size=None, inner_size=1, open_batches=batches)
+
+
+LINE_BLOCK = 16 << 20
+
+
+def row_offset(path: str, row: int) -> int:
+    """The byte offset where data row ``row`` (0-based, after the header) begins; -1 when the
+    file has at most ``row`` data rows; 0 when it cannot tell (bare ``\r`` line ends): parse
+    from the start then. Empty lines (``\n`` or ``\r\n`` alone) are not rows."""
+    import numpy as np
+
+    want = row + 1  # non-empty lines to pass: the header, then ``row`` data rows
+    seen = 0
+    pos = 0
+    prev_nl = -1  # file offset of the last line end seen
+    prev_byte = -1  # the byte just before the current block
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            block = f.read(LINE_BLOCK)
+            if not block:
+                break
+            buf = np.frombuffer(block, dtype=np.uint8)
+            nl = np.flatnonzero(buf == 10)
+            if pos == 0 and nl.size == 0 and (buf == 13).any():
+                return 0  # old Mac line ends: not counted here
+            if nl.size:
+                ends = nl + pos
+                starts = np.concatenate([[prev_nl + 1], ends[:-1] + 1])
+                length = ends - starts
+                first = np.where(starts - pos >= 0, buf[np.clip(starts - pos, 0, buf.size - 1)], prev_byte)
+                full = (length > 1) | ((length == 1) & (first != 13))
+                counts = np.cumsum(full)
+                if seen + int(counts[-1]) >= want:
+                    i = int(np.searchsorted(counts, want - seen))  # the line holding the last passed row
+                    start = int(ends[i]) + 1
+                    return start if start < pos + buf.size or f.read(1) else -1
+                seen += int(counts[-1])
+                prev_nl = int(ends[-1])
+            prev_byte = int(buf[-1])
+            pos += buf.size
+    return -1
 
 
 register_backend(CSVBackend())
