@@ -296,20 +296,31 @@ def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int 
     ``master`` and stopped at the end. ``partitions``: P, the number of key ranges (default:
     Spark's default parallelism). Settings ``smerge.*`` in ``conf`` are smerge's own (docs/spark.md).
     """
+    def body(spark, own: dict, session_seconds: float, t0: float) -> dict:
+        p = prep if isinstance(prep, PreparedMerge) else prepare_frames(prep, spark)
+        return _run(p, spark, partitions, own, progress, session_seconds)
+
+    return run_in_session(body, master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark)
+
+
+def run_in_session(body: Callable, *, master: str | None, partitions: int | None, conf: dict[str, str] | None,
+                   verbose: bool, spark=None, app_name: str = "smerge"):
+    """What every Spark runner does around its work: check ``--partitions``, start a session
+    for ``master`` (None: the one spark-submit configured, else ``local[*]``) unless ``spark``
+    is given, call ``body(spark, smerge_conf, session_seconds, t0)``, stop the session it started
+    (quietly unless ``verbose``)."""
     if partitions is not None and partitions < 1:
         raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
     spark_conf, own = split_conf(conf)
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER
-    t_session = time.perf_counter()
+    t0 = time.perf_counter()
     owns_session = spark is None
     if owns_session:
-        spark = start_session(master, spark_conf, verbose=verbose)
-    session_seconds = time.perf_counter() - t_session
+        spark = start_session(master, spark_conf, verbose=verbose, app_name=app_name)
+    session_seconds = time.perf_counter() - t0
     try:
-        if not isinstance(prep, PreparedMerge):
-            prep = prepare_frames(prep, spark)
-        return _run(prep, spark, partitions, own, progress, session_seconds)
+        return body(spark, own, session_seconds, t0)
     finally:
         if owns_session:
             with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
@@ -432,16 +443,24 @@ def _task_failure(e: Exception, what: str) -> SmergeError:
     return InputError(f"{what}: Spark failed ({first}); check the inputs (--verbose shows Spark's log)")
 
 
-def _plan_frames(prep: PreparedMerge, sc, frames: dict, partitions: int | None, bounds, own: dict, progress):
+def _arrow_batches(rows: int) -> dict[str, str]:
+    """Arrow batches of ``rows`` records between the JVM and the Python tasks (Spark's default
+    10,000 makes the per-batch work dominate)."""
+    return {"spark.sql.execution.arrow.maxRecordsPerBatch": str(rows)}
+
+
+def _plan_frames(spark, prep: PreparedMerge, frames: dict, partitions: int | None, bounds, own: dict, progress):
     """The k1 scans of both inputs (row-id offsets, NaN check, sample) and the bounds."""
     from smerge.spark_frames import scan_frame
 
+    sc = spark.sparkContext
     job = prep.job
     scans = {}
     for side, src in frames.items():
         act = _spark_action(src.path)
-        scans[side] = act(lambda: scan_frame(
-            src, lambda fn: run_job(sc, fn, 1, None, f"scan keys of {side.upper()}")))
+        with _session_conf(spark, _arrow_batches(job.batch_rows)):
+            scans[side] = act(lambda: scan_frame(
+                src, lambda fn: run_job(sc, fn, 1, None, f"scan keys of {side.upper()}")))
         if job.nan_keys == "error" and scans[side].first_nan_row >= 0:
             raise KeyNaNError(src.keys[0], scans[side].first_nan_row, src.path)
     parts = partitions or _default_parts([scans["a"].count, scans["b"].count], sc.defaultParallelism, own)
@@ -484,7 +503,8 @@ def _merge_frames(spark, plan: MergePlan, frames: dict, scans: dict, progress) -
     sc = spark.sparkContext
     act = _spark_action(f"{plan.source_a} + {plan.source_b}")
     with _session_conf(spark, {"spark.sql.shuffle.partitions": str(P),
-                               "spark.sql.adaptive.coalescePartitions.enabled": "false"}):
+                               "spark.sql.adaptive.coalescePartitions.enabled": "false",
+                               **_arrow_batches(plan.a.batch_rows)}):
         rows = act(lambda: run_job(sc, lambda: cogroup_merge(ta, tb, plan, salt).collect(), P, progress,
                                    "merge partitions"))
     results = {r["p"]: r for r in results_of(rows)}
@@ -536,7 +556,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
 
     # (1) planning: none for one partition; metadata or a k1 scan otherwise
     if frames:
-        scans, bounds = _plan_frames(prep, sc, frames, partitions, bounds, own, progress)
+        scans, bounds = _plan_frames(spark, prep, frames, partitions, bounds, own, progress)
         plan_how = {"a": "spark-scan", "b": "spark-scan"}
         runs_a = runs_b = ((),) * (len(bounds) + 1)
     else:
@@ -847,4 +867,4 @@ def _kappa_max(sc, plan: MergePlan) -> float:
     return sc.parallelize([0], 1).flatMap(task).collect()[0]
 
 
-__all__ = ["run_cgm_spark", "start_session", "under_spark_submit", "split_conf", "spark_log_path", "DEFAULT_MASTER"]
+__all__ = ["run_cgm_spark", "run_in_session", "start_session", "under_spark_submit", "split_conf", "spark_log_path", "DEFAULT_MASTER"]

@@ -218,14 +218,13 @@ def _scan_fn(k1: str, rowed: bool):
 
 def _split_runs(b: pa.RecordBatch) -> list[tuple[tuple[str, int], slice]]:
     """Runs of consecutive records of one file split in a batch."""
-    files = b.column(FILE).to_pylist()
-    blocks = b.column(BLOCK).to_numpy()
-    runs, start = [], 0
-    for i in range(1, b.num_rows + 1):
-        if i == b.num_rows or files[i] != files[start] or blocks[i] != blocks[start]:
-            runs.append(((files[start], int(blocks[start])), slice(start, i)))
-            start = i
-    return runs
+    files = b.column(FILE).dictionary_encode()
+    idx = files.indices.to_numpy(zero_copy_only=False)
+    blocks = b.column(BLOCK).to_numpy(zero_copy_only=False)
+    change = np.flatnonzero((idx[1:] != idx[:-1]) | (blocks[1:] != blocks[:-1])) + 1
+    starts, ends = np.concatenate([[0], change]), np.concatenate([change, [b.num_rows]])
+    names = files.dictionary.to_pylist()
+    return [((names[idx[a]], int(blocks[a])), slice(int(a), int(e))) for a, e in zip(starts, ends)]
 
 
 @dataclass
@@ -372,7 +371,7 @@ def table_batches(table: pa.Table, schema: pa.Schema, batch_rows: int) -> Iterat
     if data.schema != schema:
         data = data.cast(schema)
     off = 0
-    for batch in data.combine_chunks().to_batches(max_chunksize=batch_rows):
+    for batch in data.to_batches(max_chunksize=batch_rows):
         n = batch.num_rows
         yield batch, ids[off:off + n]
         off += n

@@ -226,25 +226,12 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
     ``partitions``: P (default: Spark's default parallelism), reduced by the boundary rule.
     """
-    from smerge.spark import DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session, \
-        under_spark_submit
+    from smerge.spark import run_in_session
 
-    if partitions is not None and partitions < 1:
-        raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
-    spark_conf, _own = split_conf(conf)
-    if master is None and not under_spark_submit() and spark is None:
-        master = DEFAULT_MASTER
-    t0 = time.perf_counter()
-    owns = spark is None
-    if owns:
-        spark = start_session(master, spark_conf, verbose=verbose, app_name="smerge rtm")
-    session_seconds = time.perf_counter() - t0
-    try:
-        return _run(prep, spark, partitions, progress, session_seconds, t0)
-    finally:
-        if owns:
-            with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
-                spark.stop()
+    return run_in_session(lambda spark, _own, session_seconds, t0: _run(prep, spark, partitions, progress,
+                                                                      session_seconds, t0),
+                          master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark,
+                          app_name="smerge rtm")
 
 
 def _run(prep, spark, partitions, progress, session_seconds: float, t_start: float) -> dict:

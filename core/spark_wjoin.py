@@ -38,7 +38,6 @@ executors, as for CGM) and are removed at the end, also on failure.
 
 from __future__ import annotations
 
-import contextlib
 import glob
 import os
 import shutil
@@ -404,25 +403,12 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
     Settings ``smerge.*`` in ``conf`` are smerge's own: ``smerge.wjoin.split_groups`` (chunks per
     input in the split stage, default: default parallelism).
     """
-    from smerge.spark import DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session, \
-        under_spark_submit
+    from smerge.spark import run_in_session
 
-    if partitions is not None and partitions < 1:
-        raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
-    spark_conf, own = split_conf(conf)
-    if master is None and not under_spark_submit():
-        master = DEFAULT_MASTER
-    t0 = time.perf_counter()
-    owns = spark is None
-    if owns:
-        spark = start_session(master, spark_conf, verbose=verbose, app_name="smerge wjoin")
-    session_seconds = time.perf_counter() - t0
-    try:
-        return _run(prep, spark, partitions, own, progress, session_seconds, t0)
-    finally:
-        if owns:
-            with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
-                spark.stop()
+    return run_in_session(lambda spark, own, session_seconds, t0: _run(prep, spark, partitions, own, progress,
+                                                                     session_seconds, t0),
+                          master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark,
+                          app_name="smerge wjoin")
 
 
 def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t_start: float) -> dict:
