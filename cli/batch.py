@@ -76,6 +76,10 @@ def load_jobs(path: str) -> tuple[dict, list[dict]]:
         for k in PATH_KEYS:
             if k in j and "://" not in j[k]:
                 j[k] = os.path.join(base, os.path.expanduser(j[k]))
+        if "output" not in j and "://" in j["a"]:  # A at a URL: the default output goes beside the file
+            from smerge.jobs import default_output
+
+            j["output"] = os.path.join(base, default_output(j["a"], j["b"]))
         j["name"] = name
         out.append(j)
     names = [j["name"] for j in out]

@@ -56,6 +56,14 @@ eps = 0.1
 delta = 0.2
 output = "far.csv"
 stats = "far-stats.json"
+
+[[job]]
+name = "url"
+a = "file://{tmp_path}/a.parquet"
+b = "file://{tmp_path}/b.parquet"
+keys = "k1"
+eps = 0.5
+partitions = 1
 ''')
     os.mkdir(tmp_path / "out")
     return str(tmp_path / "jobs.toml")
@@ -70,7 +78,7 @@ def test_batch_runs_every_job_and_reports(tmp_path, ncar_dir, mode):
     assert "job missing failed" in r.stderr and "nope.parquet" in r.stderr
     summary = json.load(open(tmp_path / "jobs.summary.json"))
     status = {j["name"]: j["status"] for j in summary["jobs"]}
-    assert status == {"storms": "ok", "missing": "failed", "far": "delta_violated"}
+    assert status == {"storms": "ok", "missing": "failed", "far": "delta_violated", "url": "ok"}
     assert summary["exit_code"] == 2 and summary["failed"] == 1 and summary["delta_violated"] == 1
     storms = json.load(open(tmp_path / "out/storms.parquet.stats.json"))
     assert storms["matched"] == 76032 and storms["delta_ok"] is True
@@ -79,6 +87,11 @@ def test_batch_runs_every_job_and_reports(tmp_path, ncar_dir, mode):
     far = json.load(open(tmp_path / "far-stats.json"))
     assert far["matched"] == 0 and far["delta_ok"] is False
     assert (tmp_path / "far.csv").exists()
+    # inputs at URLs: Spark's readers on Spark, smerge's own for file:// with --local; the
+    # default output goes beside the jobs file
+    url = json.load(open(tmp_path / "a+b.parquet.stats.json"))
+    assert url["matched"] == 100 and pq.read_table(tmp_path / "a+b.parquet").num_rows == 100
+    assert url.get("plan", {}).get("a") == (None if mode == ["--local"] else "spark-scan")
 
 
 @pytest.mark.slow
