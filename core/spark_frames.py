@@ -197,7 +197,7 @@ def _scan_fn(k1: str, rowed: bool):
                     seg = seg[~nan]
                 if seg.size:
                     st[1], st[2] = min(st[1], float(seg.min())), max(st[2], float(seg.max()))
-                    st[4].append(seg[:: max(1, seg.size // 16)])
+                    st[4].append(seg[:: max(1, seg.size // SAMPLE_PER_SPLIT)])
                 st[0] += int(sl.stop - sl.start)
         out = {"split_file": [], "split_block": [], "n": [], "k1_min": [], "k1_max": [], "first_nan": [],
                "sample": []}

@@ -117,8 +117,25 @@ def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
         stats = json.loads(r.stdout)
         assert stats["master"] == f"spark://127.0.0.1:{port}" and stats["partitions"] == 2
         assert pq.read_table(tmp_path / "cluster.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
-        # the job really ran on the cluster: the master lists a finished application
-        _wait(lambda: len((_master_json(ui) or {}).get("completedapps", [])) >= 1, 60, "the finished application")
+        # B at a file:// URL, read on the cluster by Spark's Parquet reader (A through the netCDF source)
+        import pyarrow as pa
+
+        from smerge.datasets import open_input
+
+        src = open_input(b)
+        pq.write_table(pa.Table.from_batches(list(src.batches()), schema=src.schema), tmp_path / "t.parquet",
+                       row_group_size=4000)
+        r = smerge("cgm", a, f"file://{tmp_path}/t.parquet", "--keys", ",".join(src.keys), "--master",
+                   f"spark://127.0.0.1:{port}", "--partitions", "2", "-o", "url.parquet", "--conf",
+                   "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g", "--json", *common,
+                   cwd=tmp_path, timeout=400)
+        assert r.returncode == 0, r.stderr + open(tmp_path / "cluster.log").read()[-3000:]
+        stats = json.loads(r.stdout)
+        assert stats["plan"] == {"a": "spark-scan", "b": "spark-scan"} and stats["partitions"] == 2
+        local = pq.read_table(tmp_path / "local.parquet")
+        assert pq.read_table(tmp_path / "url.parquet").cast(local.schema).equals(local)
+        # the jobs really ran on the cluster: the master lists the finished applications
+        _wait(lambda: len((_master_json(ui) or {}).get("completedapps", [])) >= 2, 60, "the finished applications")
     finally:
         for proc in (worker, master):
             if proc is not None:
