@@ -43,8 +43,9 @@ VerboseOpt = Annotated[bool, typer.Option("--verbose", help="Show Spark's own lo
 
 @app.command("cgm")
 def cgm(
-    a: Annotated[str, typer.Argument(help="Stream A (netCDF, Parquet, CSV or Arrow IPC).")],
-    b: Annotated[str, typer.Argument(help="Stream B.")],
+    a: Annotated[str, typer.Argument(help="Stream A (netCDF, Parquet, CSV or Arrow IPC), or a Parquet/CSV URL "
+                                          "(hdfs://, s3a://, file://, ...) read by Spark's own readers.")],
+    b: Annotated[str, typer.Argument(help="Stream B (the same kinds as A).")],
     keys: KeysOpt = None,
     keys_b: KeysBOpt = None,
     vars_a: VarsAOpt = None,
