@@ -152,6 +152,18 @@ def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, s
 # Jobs with progress
 
 
+def result_tasks_done(tracker, group: str) -> int:
+    """Finished result tasks (partitions) of the jobs in ``group``: a job's last stage holds its
+    result tasks; earlier stages of a shuffle (reading and tagging the inputs) are not counted."""
+    done = 0
+    for jid in tracker.getJobIdsForGroup(group):
+        info = tracker.getJobInfo(jid)
+        st = tracker.getStageInfo(max(info.stageIds)) if info and info.stageIds else None
+        if st is not None:
+            done += st.numCompletedTasks
+    return done
+
+
 def run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) -> list:
     """Run ``rdd_fn()`` (an RDD action) in a thread; the bar counts finished tasks."""
     group = f"smerge-{uuid.uuid4().hex[:12]}"
@@ -173,15 +185,7 @@ def run_job(sc, rdd_fn: Callable[[], list], total: int, progress, label: str) ->
             th.join(0.2)
             if bar is None:
                 continue
-            tracker = sc.statusTracker()
-            now = 0
-            for jid in tracker.getJobIdsForGroup(group):
-                info = tracker.getJobInfo(jid)
-                for sid in (info.stageIds if info else ()):
-                    st = tracker.getStageInfo(sid)
-                    if st is not None:
-                        now += st.numCompletedTasks
-            now = min(now, total)
+            now = min(result_tasks_done(sc.statusTracker(), group), total)
             if now > done:
                 bar.update(now - done)
                 done = now

@@ -196,3 +196,17 @@ def test_a_failed_python_task_is_one_line_naming_its_error():
     assert str(err).startswith("a.csv: Spark failed (ValueError: bad split)")
     err = _task_failure(Exception("boom\nsmerge.errors.InputError: b.csv: row 7 is short"), "x")
     assert isinstance(err, InputError) and str(err) == "b.csv: row 7 is short"
+
+
+def test_progress_counts_result_tasks_not_shuffle_map_tasks():
+    from types import SimpleNamespace as NS
+
+    from smerge.spark import result_tasks_done
+
+    stages = {3: NS(numCompletedTasks=40), 4: NS(numCompletedTasks=35), 5: NS(numCompletedTasks=2),
+              6: NS(numCompletedTasks=1)}
+    jobs = {1: NS(stageIds=[3, 4, 5]), 2: NS(stageIds=[6]), 7: None}
+    tracker = NS(getJobIdsForGroup=lambda g: [1, 2, 7] if g == "g" else [], getJobInfo=jobs.get,
+                 getStageInfo=stages.get)
+    assert result_tasks_done(tracker, "g") == 3  # the cogroup's 2 partitions + a one-task job
+    assert result_tasks_done(tracker, "other") == 0
