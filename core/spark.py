@@ -302,7 +302,14 @@ def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int 
     """
     def body(spark, own: dict, session_seconds: float, t0: float) -> dict:
         p = prep if isinstance(prep, PreparedMerge) else prepare_frames(prep, spark)
-        return _run(p, spark, partitions, own, progress, session_seconds)
+        if not _frame_sources(p):
+            return _run(p, spark, partitions, own, progress, session_seconds)
+        # Row ids of inputs read by Spark come from its file splits: keep their layout fixed
+        # for the whole run (it depends on the default parallelism, which grows as executors
+        # register on a cluster).
+        pin = spark.conf.get("spark.sql.files.minPartitionNum", None) or str(max(1, spark.sparkContext.defaultParallelism))
+        with _session_conf(spark, {"spark.sql.files.minPartitionNum": pin}):
+            return _run(p, spark, partitions, own, progress, session_seconds)
 
     return run_in_session(body, master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark)
 
@@ -436,13 +443,19 @@ def _task_failure(e: Exception, what: str) -> SmergeError:
         if m:
             return cls(m.group(1).strip())
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    if any("Traceback (most recent call last)" in ln for ln in lines):  # a Python task failed
+    classed = [ln for ln in lines if re.search(r"\[[A-Z][A-Z0-9_.]+\]", ln)]
+    if classed and not any("Traceback (most recent call last)" in ln for ln in lines):
+        # a JVM error: the deepest line with Spark's error class ([MALFORMED_CSV_RECORD] ...)
+        first = re.sub(r"^(Caused by: )?[\w.$]+(Exception|Error): ", "", classed[-1])
+    elif any("Traceback (most recent call last)" in ln for ln in lines):  # a Python task failed
         tb = lines[next(i for i, ln in enumerate(lines) if "Traceback (most recent call last)" in ln) + 1:]
         tb = tb[:next((i for i, ln in enumerate(tb) if ln.startswith("JVM stacktrace")), len(tb))]
         errs = [ln for ln in tb if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b", ln)]
         first = errs[-1] if errs else tb[-1]
     else:
-        first = lines[0] if lines else type(e).__name__
+        useful = [ln for ln in lines if not ln.startswith("An error occurred while calling")]
+        causes = [ln for ln in useful if ln.startswith("Caused by:")]
+        first = causes[-1][len("Caused by: "):] if causes else (useful or [type(e).__name__])[0]
     first = re.sub(r"\s*SQLSTATE:.*$", "", first)
     return InputError(f"{what}: Spark failed ({first}); check the inputs (--verbose shows Spark's log)")
 
@@ -617,6 +630,10 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.params = prep.params.as_dict()
     stats.a_records = sum(r["a_records"] for r in results)
     stats.b_records = sum(r["b_records"] for r in results)
+    if frames and (stats.a_records, stats.b_records) != (scans["a"].count, scans["b"].count):
+        raise InputError(f"{job.a} + {job.b}: the merge read {stats.a_records:,} + {stats.b_records:,} records but the "
+                         f"key scan counted {scans['a'].count:,} + {scans['b'].count:,}; an input changed during the "
+                         "run: run it again")
     stats.matched = sum(r["final_pairs"] for r in results) + seam["kept"]
     stats.a_unmatched = stats.a_records - stats.matched
     stats.b_unmatched = stats.b_records - stats.matched

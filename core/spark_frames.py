@@ -40,6 +40,7 @@ from __future__ import annotations
 import os
 import pickle
 import re
+from urllib.parse import unquote
 from dataclasses import dataclass
 from typing import Iterator, Sequence
 
@@ -54,6 +55,7 @@ from smerge.merge.keys import key_matrix
 ROW = "_row"
 GROUP = "_salt"
 FILE, BLOCK = "_smerge_file", "_smerge_block"
+RESERVED = (ROW, GROUP, FILE, BLOCK, "_metadata")
 SAMPLE_PER_SPLIT = 256
 PARQUET_EXT = (".parquet", ".pq")
 CSV_EXT = (".csv", ".tsv", ".txt")
@@ -100,12 +102,33 @@ def _spark_error(path: str, e: Exception) -> InputError:
     return InputError(f"{path}: Spark cannot read it ({first}); check the URL and that the cluster can reach it")
 
 
-def _read_files(spark, path: str, fmt: str):
+def _csv_separator(spark, path: str, local_path: str | None) -> str:
+    """``\t`` for .tsv, ``,`` for .csv; for other names (.txt) the header line decides, as
+    smerge's own CSV reader does (tabs and no comma: tab-separated)."""
+    name = path.lower()
+    if re.search(r"\.tsv(\.[a-z0-9]+)?$", name):
+        return "\t"
+    if re.search(r"\.csv(\.[a-z0-9]+)?$", name):
+        return ","
+    if local_path is not None:
+        with open(local_path, "rb") as f:
+            head = f.readline(65536)
+    else:
+        try:
+            rows = spark.read.text(path).limit(1).collect()
+        except Exception as e:  # noqa: BLE001
+            raise _spark_error(path, e) from None
+        head = rows[0].value.encode() if rows else b""
+    return "\t" if b"\t" in head and b"," not in head else ","
+
+
+def _read_files(spark, path: str, fmt: str, local_path: str | None = None):
     reader = spark.read
     if fmt == "csv":
-        sep = "\t" if re.search(r"\.tsv(\.[a-z0-9]+)?$", path.lower()) else ","
-        reader = reader.option("header", True).option("inferSchema", True).option("sep", sep) \
-                       .option("mode", "FAILFAST")
+        # RFC 4180 quoting ("" inside quotes), as pyarrow's reader; malformed rows are errors
+        reader = (reader.option("header", True).option("inferSchema", True)
+                  .option("sep", _csv_separator(spark, path, local_path)).option("quote", '"')
+                  .option("escape", '"').option("mode", "FAILFAST"))
     try:
         return reader.format(fmt).load(path)
     except Exception as e:  # noqa: BLE001 - AnalysisException (path not found, not Parquet, ...)
@@ -144,8 +167,12 @@ def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables
     else:
         fmt = frame_format(path)
         url = path
-    df = _read_files(spark, url, fmt)
-    file_schema = to_arrow_schema(df.schema)
+    df = _read_files(spark, url, fmt, None if local is None else path)
+    clash = sorted({c for c in df.columns if c in RESERVED or c.startswith("_smerge")})
+    if clash:
+        raise UsageError(f"{path}: column {clash[0]!r} has a name smerge uses inside Spark runs "
+                         f"({', '.join(sorted(RESERVED))}); rename it, or copy the input to a local path")
+    file_schema = to_arrow_schema(df.schema, timezone=spark.conf.get("spark.sql.session.timeZone"))
     schema, columns, key_names = resolve_columns(path, file_schema, keys, variables)
     for k in key_names:
         t = schema.field(k).type
@@ -254,7 +281,8 @@ def scan_frame(src: FrameSource, run) -> FrameScan:
         else:
             splits[key] = [r.n, r.first_nan, [np.frombuffer(r.sample, np.float64)]]
     offsets, row, first_nan = {}, 0, -1
-    for key in sorted(splits):
+    # files in path order (Spark's file_path is a percent-encoded URI), splits by start
+    for key in sorted(splits, key=lambda k: (unquote(k[0]), k[1])):
         n, nan_at, _ = splits[key]
         offsets[key] = row
         if nan_at >= 0 and first_nan < 0:

@@ -89,8 +89,8 @@ LINE_BLOCK = 16 << 20
 
 def row_offset(path: str, row: int) -> int:
     """The byte offset where data row ``row`` (0-based, after the header) begins; -1 when the
-    file has at most ``row`` data rows; 0 when it cannot tell (bare ``\r`` line ends): parse
-    from the start then. Empty lines (``\n`` or ``\r\n`` alone) are not rows."""
+    file has at most ``row`` data rows; 0 when it cannot tell (a bare ``\r`` line end before
+    the row): parse from the start then. Empty lines (``\n`` or ``\r\n`` alone) are not rows."""
     import numpy as np
 
     want = row + 1  # non-empty lines to pass: the header, then ``row`` data rows
@@ -105,8 +105,10 @@ def row_offset(path: str, row: int) -> int:
                 break
             buf = np.frombuffer(block, dtype=np.uint8)
             nl = np.flatnonzero(buf == 10)
-            if pos == 0 and nl.size == 0 and (buf == 13).any():
-                return 0  # old Mac line ends: not counted here
+            # A bare \r (not followed by \n) also ends a line for pyarrow: not counted here.
+            cr = np.flatnonzero(buf[:-1] == 13)
+            if (prev_byte == 13 and buf[0] != 10) or (cr.size and (buf[cr + 1] != 10).any()):
+                return 0
             if nl.size:
                 ends = nl + pos
                 starts = np.concatenate([[prev_nl + 1], ends[:-1] + 1])

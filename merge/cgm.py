@@ -224,8 +224,7 @@ def cgm_merge(
     def retire(side: _Side, rows: np.ndarray) -> None:
         if side is A:
             stats.a_unmatched += rows.size
-            for s in range(0, rows.size, n):
-                report.add(0, min(n, rows.size - s))
+            report.add_unmatched(rows.size)
         else:
             stats.b_unmatched += rows.size
         emit_unmatched(side, rows)
@@ -245,8 +244,7 @@ def cgm_merge(
     # NaN-keyed records were never in a window: they count as unmatched (and retired A records).
     stats.a_unmatched += A.nan_keys
     stats.b_unmatched += B.nan_keys
-    if A.nan_keys:
-        report.add(0, A.nan_keys)
+    report.add_unmatched(A.nan_keys)
     report.finish()
     stats.kappas = report.kappas
     stats.report_counts = report.counts

@@ -26,6 +26,14 @@ class ReportWindows:
         if self._retired >= self.window_size:
             self._close()
 
+    def add_unmatched(self, count: int) -> None:
+        """``count`` records retired unmatched in one go (the end of a run): they fill the open
+        window up to N, then whole windows of N, whatever batches they arrived in."""
+        while count > 0:
+            k = min(count, max(1, self.window_size - self._retired))
+            self.add(0, k)
+            count -= k
+
     def add_many(self, matched: np.ndarray, retired: np.ndarray) -> None:
         for m, r in zip(matched.tolist(), retired.tolist()):
             self.add(m, r)

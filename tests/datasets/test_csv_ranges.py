@@ -10,27 +10,30 @@ from smerge.datasets import csv as csv_backend
 from smerge.datasets import open_input
 
 
-def write(path, rows, *, crlf, empty_every, trailing_newline):
-    nl = "\r\n" if crlf else "\n"
+def write(path, rows, *, ending, empty_every, trailing_newline):
     lines = ["t,x,s"]
     for i, (t, x) in enumerate(rows):
         lines.append(f"{t},{x},s{i % 3}")
         if empty_every and i % empty_every == 0:
             lines.append("")
-    text = nl.join(lines) + (nl if trailing_newline else "")
+    # "mixed": line ends cycle through \n, \r\n and a bare \r (pyarrow accepts all three)
+    ends = [ending] * len(lines) if ending != "mixed" else [("\n", "\r\n", "\r")[i % 3] for i in range(len(lines))]
+    text = "".join(ln + e for ln, e in zip(lines, ends))
+    if not trailing_newline:
+        text = text[: -len(ends[-1])]
     path.write_bytes(text.encode())
     return str(path)
 
 
 @settings(max_examples=120, deadline=None)
-@given(n=st.integers(1, 60), crlf=st.booleans(), empty_every=st.sampled_from([0, 1, 4]),
+@given(n=st.integers(1, 60), ending=st.sampled_from(["\n", "\r\n", "mixed"]), empty_every=st.sampled_from([0, 1, 4]),
        trailing=st.booleans(), block=st.sampled_from([3, 7, 64, 1 << 20]),
        start=st.integers(0, 70), span=st.one_of(st.none(), st.integers(0, 70)), data=st.data())
-def test_row_range_equals_slice_of_whole_read(tmp_path_factory, n, crlf, empty_every, trailing, block, start, span,
+def test_row_range_equals_slice_of_whole_read(tmp_path_factory, n, ending, empty_every, trailing, block, start, span,
                                               data):
     rows = data.draw(st.lists(st.tuples(st.integers(0, 10**6), st.floats(-1e3, 1e3, allow_nan=False)),
                               min_size=n, max_size=n))
-    path = write(tmp_path_factory.mktemp("csv") / "x.csv", rows, crlf=crlf, empty_every=empty_every,
+    path = write(tmp_path_factory.mktemp("csv") / "x.csv", rows, ending=ending, empty_every=empty_every,
                  trailing_newline=trailing)
     old = csv_backend.LINE_BLOCK
     csv_backend.LINE_BLOCK = block
@@ -58,3 +61,7 @@ def test_row_offsets_count_rows_not_lines(tmp_path):
     assert csv_backend.row_offset(str(path), 1) == 0
     src = open_input(str(path), keys=("t",))
     assert pa.Table.from_batches(list(src.batches(1))).column("t").to_pylist() == [3]
+    path.write_bytes(b"t,x\n1,2\r3,4\n5,6\n")  # one bare CR among \n line ends
+    assert csv_backend.row_offset(str(path), 1) == 0
+    src = open_input(str(path), keys=("t",))
+    assert pa.Table.from_batches(list(src.batches(1))).column("t").to_pylist() == [3, 5]

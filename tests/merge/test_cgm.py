@@ -191,6 +191,22 @@ def test_kappa_max_engine_equals_reference_multikey():
     assert stats.kappa_max == pytest.approx(kappa_max_reference(a, b, (0.5, 0.5)) / 300)
 
 
+@pytest.mark.parametrize("nan_a", [0, 3])
+def test_report_windows_do_not_depend_on_batch_sizes(nan_a):
+    # Records left unmatched at the end fill whole report windows of N, however they were read
+    # (the Spark plans read the same records in other batches than --local).
+    a = np.concatenate([np.arange(100.0), np.full(nan_a, np.nan)])
+    b = np.array([1.0, 50.0, 99.0])
+    got = []
+    for batch in (64, 10, 5, 3):
+        _, stats, _ = run(a, b, params(n=8, ka=2, nan_keys="unmatched"), batch=batch)
+        got.append((stats.kappas, stats.report_counts))
+    assert all(g == got[0] for g in got)
+    counts = got[0][1]
+    assert [r for _, r in counts[:-1]] == [8] * (len(counts) - 1)  # every window but the last closes at N
+    assert sum(r for _, r in counts) == a.size and sum(m for m, _ in counts) == 3
+
+
 def test_report_windows_and_delta():
     # 1000 records each, identical: every report window has kappa 1.
     keys = np.arange(1000.0)

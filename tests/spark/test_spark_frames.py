@@ -60,7 +60,8 @@ def outputs(tmp, name):
     return [pq.read_table(tmp / f) for f in (f"{name}.parquet", f"{name}-un.a.parquet", f"{name}-un.b.parquet")]
 
 
-SAME = ("a_records", "b_records", "matched", "a_unmatched", "b_unmatched", "passes", "b_shared", "seam_pairs",
+SAME = ("a_records", "b_records", "matched", "a_unmatched", "b_unmatched", "passes", "report_windows", "kappa_min",
+        "drop_rate_moving_max", "b_shared", "seam_pairs",
         "seam_pairs_dropped", "partition_pairs", "bounds")
 
 
@@ -210,3 +211,69 @@ def test_progress_counts_result_tasks_not_shuffle_map_tasks():
                  getStageInfo=stages.get)
     assert result_tasks_done(tracker, "g") == 3  # the cogroup's 2 partitions + a one-task job
     assert result_tasks_done(tracker, "other") == 0
+
+
+def test_split_layout_is_pinned_for_the_whole_run(spark, tmp_path, monkeypatch):
+    # On a cluster the default parallelism grows as executors register; Spark then cuts the
+    # files into more splits. Row ids must not depend on that: the layout is pinned per run.
+    import smerge.spark_frames as sf
+
+    rng = np.random.default_rng(4)
+    a = write_stream(tmp_path / "a.parquet", partially_sorted(3000, rng, spread=20), np.zeros(3000))
+    b = write_stream(tmp_path / "b.parquet", partially_sorted(3000, rng, spread=20), np.zeros(3000))
+    for p in (a, b):  # many row groups, so that finer splits really split the files
+        pq.write_table(pq.read_table(p), p, row_group_size=100)
+    scan = sf.scan_frame
+
+    def growing(src, run):
+        spark.conf.set("spark.sql.leafNodeDefaultParallelism", "2")
+        try:
+            return scan(src, run)
+        finally:
+            spark.conf.set("spark.sql.leafNodeDefaultParallelism", "8")
+
+    monkeypatch.setattr(sf, "scan_frame", growing)
+    kw = dict(keys_a=("k1",), eps=0.25)
+    try:
+        with small_splits(spark, 100_000):
+            fr = run_cgm_spark(job(tmp_path, url(a), url(b), "fr", **kw), partitions=2, conf={"smerge.bounds": "10.1"},
+                               spark=spark)
+    finally:
+        spark.conf.unset("spark.sql.leafNodeDefaultParallelism")
+    slab = run_cgm_spark(prepare(job(tmp_path, a, b, "slab", **kw)), partitions=2, conf={"smerge.bounds": "10.1"},
+                         spark=spark)
+    for x, y in zip(outputs(tmp_path, "slab"), outputs(tmp_path, "fr")):
+        assert y.equals(x)
+    assert fr["matched"] == slab["matched"]
+
+
+def test_spark_typed_inputs_timestamps_quotes_tabs_and_file_order(spark, tmp_path):
+    # timestamps (key and payload), RFC 4180 quotes, a tab-separated .txt beside a URL
+    (tmp_path / "a.csv").write_text('k1,t,s\n1,2024-01-01 00:00:00,"say ""hi"", ok"\n2,2024-01-02 06:00:00,plain\n'
+                                    '3,2024-01-03 00:00:00,"a,b"\n')
+    (tmp_path / "b.txt").write_text("k1\tt\tw\n1\t2024-01-01 00:00:00\t7\n3\t2024-01-03 00:00:00\t8\n")
+    st = run_cgm_spark(job(tmp_path, url(tmp_path / "a.csv"), str(tmp_path / "b.txt"), "ts", keys_a=("k1", "t")),
+                       partitions=1, spark=spark)
+    out = pq.read_table(tmp_path / "ts.parquet")
+    assert st["matched"] == 2 and out.column("s").to_pylist() == ['say "hi", ok', "a,b"]
+    assert out.column("w").to_pylist() == [7, 8] and pa.types.is_timestamp(out.schema.field("t").type)
+    # a folder is read in path order, not in the percent-encoded order of Spark's file URIs
+    os.mkdir(tmp_path / "d")
+    pq.write_table(pa.table({"k1": [1.0, 2.0], "v": [1.0, 2.0]}), tmp_path / "d" / "p c.parquet")
+    pq.write_table(pa.table({"k1": [3.0], "v": [3.0]}), tmp_path / "d" / "p!c.parquet")
+    run_cgm_spark(job(tmp_path, url(tmp_path / "d") + "/", url(tmp_path / "d") + "/", "d", keys_a=("k1",)),
+                  partitions=1, spark=spark)
+    assert pq.read_table(tmp_path / "d.parquet").column("a_row").to_pylist() == [0, 1, 2]
+    assert pq.read_table(tmp_path / "d.parquet").column("v").to_pylist() == [1.0, 2.0, 3.0]
+
+
+def test_more_url_errors_are_one_line(spark, tmp_path):
+    (tmp_path / "bad.csv").write_text("k1,v\n1,2\n2,3,4\n")
+    with pytest.raises(InputError, match="Malformed CSV record") as e:
+        run_cgm_spark(job(tmp_path, url(tmp_path / "bad.csv"), url(tmp_path / "bad.csv"), "x", keys_a=("k1",)),
+                      spark=spark)
+    assert "\n" not in str(e.value) and "An error occurred while calling" not in str(e.value)
+    pq.write_table(pa.table({"k1": [1.0], "_row": [5]}), tmp_path / "r.parquet")
+    with pytest.raises(UsageError, match="'_row' has a name smerge uses"):
+        run_cgm_spark(job(tmp_path, url(tmp_path / "r.parquet"), url(tmp_path / "r.parquet"), "x", keys_a=("k1",)),
+                      spark=spark)
