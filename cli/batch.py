@@ -187,13 +187,15 @@ def batch(
         from smerge.jobs import write_stats
 
         write_stats(summary or f"{os.path.splitext(jobs_file)[0]}.summary.json", doc)
+        for r in records:  # one stderr line per failed job, also with --json
+            if r["status"] == "failed":
+                typer.echo(f"smerge batch: job {r['name']} failed: {r['error']}", err=True)
         if json_:
             typer.echo(json.dumps(doc, indent=2, default=float))
         else:
             for r in records:
                 if r["status"] == "failed":
                     typer.echo(f"{r['name']}: FAILED: {r['error']}")
-                    typer.echo(f"smerge batch: job {r['name']} failed: {r['error']}", err=True)
                 else:
                     typer.echo(f"{r['name']}: {r['status']}  matched {r['matched']:,} "
                                f"({r['match_pct']:.2f}% of A)  {r['total_seconds']:.2f} s -> {r['output']}")

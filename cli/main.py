@@ -47,8 +47,21 @@ def _is_usage_error(e: BaseException) -> bool:
     return any(c.__name__ == "UsageError" for c in type(e).__mro__) and hasattr(e, "format_message")
 
 
+def _on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt  # unwinds like Ctrl-C: temporary and staging files are removed
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point; usage errors become one line on stderr and exit code 2."""
+    """Console entry point; usage errors become one line on stderr and exit code 2.
+
+    SIGTERM (cron's ``timeout``, a scheduler stopping the job) is handled like Ctrl-C: the run
+    stops, its temporary outputs and Spark staging folder are removed, exit code 130.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         rv = app(args=argv, prog_name="smerge", standalone_mode=False)
     except typer.Exit as e:

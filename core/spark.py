@@ -268,7 +268,7 @@ def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> t
     todo = [s for s in ("a", "b") if s not in stats]
     if todo:
         default_groups = max(1, -(-sc.defaultParallelism // len(todo)))
-        groups = int(own.get("smerge.plan.groups", default_groups))
+        groups = _positive_int(own, "smerge.plan.groups", default_groups)
         items = [it for s in todo for it in _scan_tasks(specs[s], s, groups)]
         scanned = run_job(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: _scan(it, specs)).collect(),
                            len(items), progress if len(items) > 4 else None, "scan keys")
@@ -357,11 +357,21 @@ def default_partitions(prep: PreparedMerge, parallelism: int, own: dict) -> int:
     return _default_parts([prep.src_a.num_rows, prep.src_b.num_rows], parallelism, own)
 
 
-def _default_parts(sizes: list[int | None], parallelism: int, own: dict) -> int:
+def _positive_int(own: dict, key: str, default: int, *, allow_zero: bool = False) -> int:
+    """The whole number ``--conf KEY=N`` (or ``default``); exit 2 naming the key otherwise."""
+    raw = own.get(key, default)
     try:
-        floor = int(own.get("smerge.partition.min_records", MIN_PARTITION_RECORDS))
-    except ValueError:
-        raise UsageError("--conf smerge.partition.min_records: give a whole number of records") from None
+        value = int(raw)
+    except (TypeError, ValueError):
+        value = -1
+    if value < (0 if allow_zero else 1):
+        least = "0 (0: no floor)" if allow_zero else "1"
+        raise UsageError(f"--conf {key}={raw!r}: give a whole number >= {least}")
+    return value
+
+
+def _default_parts(sizes: list[int | None], parallelism: int, own: dict) -> int:
+    floor = _positive_int(own, "smerge.partition.min_records", MIN_PARTITION_RECORDS, allow_zero=True)
     sizes = [n for n in sizes if n is not None]
     parts = max(1, parallelism)
     if sizes and len(sizes) == 2 and floor > 0:
@@ -582,6 +592,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     plan_seconds = time.perf_counter() - t0
 
     # (2) the merge job: executors write the part files
+    task_threads = _task_threads(own, sc, P)  # (a bad setting fails before anything is created)
     out_abs = os.path.abspath(prep.output)
     staging = os.path.join(os.path.dirname(out_abs), f".{os.path.basename(out_abs)}.smerge-spark-{uuid.uuid4().hex[:10]}")
     part_format = "parquet" if prep.output_format in ("parquet", DATASET_FORMAT) else "arrow"
@@ -604,7 +615,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
                      part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
                      una_schema=una_schema, unb_schema=unb_schema,
-                     prefetch=_task_threads(own, sc, P),
+                     prefetch=task_threads,
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     try:
         t1 = time.perf_counter()

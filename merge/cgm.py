@@ -171,7 +171,9 @@ def cgm_merge(
         if unmatched is not None and rows.size:
             batch = side.store.take(rows)
             if params.with_ids:
-                batch = batch.append_column(f"{side.name}_row", pa.array(rows, pa.int64()))
+                # a copy: ``rows`` may be a view of a buffer the next passes overwrite, and
+                # pa.array does not copy int64 data (the batch may be written later, in a thread)
+                batch = batch.append_column(f"{side.name}_row", pa.array(np.array(rows, dtype=np.int64)))
             unmatched(side.name, batch)
 
     def flush() -> pa.RecordBatch | None:

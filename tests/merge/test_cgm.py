@@ -191,6 +191,24 @@ def test_kappa_max_engine_equals_reference_multikey():
     assert stats.kappa_max == pytest.approx(kappa_max_reference(a, b, (0.5, 0.5)) / 300)
 
 
+def test_unmatched_ids_stay_right_when_written_later():
+    # The sink may keep batches and write them later (a background writer): the ids of an
+    # unmatched batch must not change when later passes reuse the engine's buffers.
+    # sorted streams, half of A without a partner: evicted pass after pass, emitted at every flush
+    # (more evictions than the engine's buffers hold, so they are emitted in several flushes)
+    a = np.arange(100_000) / 4
+    b = np.where(np.arange(a.size) % 2 == 0, a, a + 0.1)
+    res, stats, un = run(a, b, params(n=64, ka=8, with_ids=True, eps=0.05), batch=4096)
+    assert len(un["a"]) > 1
+    for side, keys in (("a", a), ("b", b)):
+        t = pa.Table.from_batches(un[side])
+        rows = t.column(f"{side}_row").to_numpy()
+        assert np.array_equal(t.column("k").to_numpy(), keys[rows])
+        paired = res.column(f"{side}_row").to_numpy() if res is not None else np.empty(0, np.int64)
+        assert np.array_equal(np.sort(np.concatenate([rows, paired])), np.arange(keys.size))
+    assert stats.a_unmatched == 50_000
+
+
 @pytest.mark.parametrize("nan_a", [0, 3])
 def test_report_windows_do_not_depend_on_batch_sizes(nan_a):
     # Records left unmatched at the end fill whole report windows of N, however they were read

@@ -88,6 +88,25 @@ def _master_json(ui_port):
         return None
 
 
+def test_sigterm_stops_a_spark_run_and_removes_its_staging(tmp_path):
+    # cron's `timeout` sends SIGTERM: the run stops like Ctrl-C (exit 130) and leaves nothing
+    r = smerge("gen", "a.parquet", "--records", "3000000", "--randomize", "5", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    os.mkdir(tmp_path / "out")
+    proc = subprocess.Popen([*SMERGE, "cgm", "a.parquet", "a.parquet", "--keys", "time,lat,lon", "--partitions", "2",
+                             "-o", "out/o.parquet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    t0 = time.time()
+    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.time() - t0 < 240:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before its staging folder was seen; use a larger input"
+    proc.terminate()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.count("\n") == 1 and "interrupted; no output was written" in err
+    assert os.listdir(tmp_path / "out") == []
+
+
 def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
     import pyspark
 

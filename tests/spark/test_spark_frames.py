@@ -277,3 +277,15 @@ def test_more_url_errors_are_one_line(spark, tmp_path):
     with pytest.raises(UsageError, match="'_row' has a name smerge uses"):
         run_cgm_spark(job(tmp_path, url(tmp_path / "r.parquet"), url(tmp_path / "r.parquet"), "x", keys_a=("k1",)),
                       spark=spark)
+
+
+@pytest.mark.parametrize("key,value", [("smerge.task.prefetch", "maybe"), ("smerge.plan.groups", "abc"),
+                                       ("smerge.plan.groups", "0"), ("smerge.partition.min_records", "-5")])
+def test_bad_smerge_settings_fail_before_anything_is_written(spark, tmp_path, key, value):
+    rng = np.random.default_rng(1)
+    a = write_stream(tmp_path / "a.parquet", partially_sorted(300, rng), np.zeros(300))
+    os.mkdir(tmp_path / "out")
+    j = job(tmp_path, a, a, "out/x", keys_a=("k1",), unmatched=None)
+    with pytest.raises(UsageError, match=f"--conf {key}="):
+        run_cgm_spark(prepare(j), partitions=None if "min_records" in key else 2, conf={key: value}, spark=spark)
+    assert os.listdir(tmp_path / "out") == []
