@@ -99,12 +99,27 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
             check_output_path(p, overwrite=job.overwrite)
     if job.stats:
         check_output_path(job.stats, overwrite=True)
-    for p in (job.a, job.b):
-        if p is not None and p.startswith("file://"):
-            p = p[len("file://"):]
-        if p is not None and os.path.abspath(p) == os.path.abspath(output):
-            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    outs = [("-o", output)] + [("--unmatched", u) for u in (unmatched or ())] + (
+        [("--stats", job.stats)] if job.stats else [])
+    check_distinct_paths([job.a, job.b], outs)
     return fmt, unmatched
+
+
+def check_distinct_paths(inputs, outputs: list[tuple[str, str]]) -> None:
+    """Exit 2 when an output path is an input or another output of the run (nothing would be
+    left of the input, or one output would replace another)."""
+    def norm(p: str) -> str:
+        return os.path.realpath(p[len("file://"):] if p.startswith("file://") else p)
+
+    local_inputs = {norm(p) for p in inputs if p is not None and ("://" not in p or p.startswith("file://"))}
+    seen: dict[str, str] = {}
+    for opt, path in outputs:
+        n = norm(path)
+        if n in local_inputs:
+            raise OutputError(f"{opt} {path!r} is also an input; choose another path")
+        if n in seen:
+            raise OutputError(f"{opt} {path!r} is also the path of {seen[n]}; give each output its own path")
+        seen[n] = opt
 
 
 def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> PreparedMerge:
@@ -256,6 +271,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "needs_spark_readers", "check_outputs", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "needs_spark_readers", "check_outputs", "check_distinct_paths", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
            "write_stats", "default_output",
            "SmergeError", "Progress"]

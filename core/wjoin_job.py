@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
-from smerge.errors import OutputError, UsageError
+from smerge.errors import UsageError
 from smerge.jobs import write_stats
 from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
 from smerge.transport import Prefetcher
@@ -91,9 +91,9 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     check_output_path(output, overwrite=job.overwrite)
     if job.stats:
         check_output_path(job.stats, overwrite=True)
-    for p in job.inputs:
-        if os.path.abspath(p) == os.path.abspath(output):
-            raise OutputError(f"output {output!r} is also an input; choose another -o")
+    from smerge.jobs import check_distinct_paths
+
+    check_distinct_paths(job.inputs, [("-o", output)] + ([("--stats", job.stats)] if job.stats else []))
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
                          out_schema=plan.out_schema)
 
