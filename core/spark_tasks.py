@@ -129,18 +129,25 @@ def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | N
     out = []
     for off in range(0, k1.size, chunk_rows):
         seg = k1[off:off + chunk_rows]
-        st = ChunkStats(side, (row0 + off) // chunk_rows, count=seg.size)
-        nan = np.isnan(seg)
-        if nan.any():
-            st.nan_k1 = True
-            st.first_nan_row = row0 + off + int(np.argmax(nan))
-            st.first_nan_key = spec.keys[0]
-            seg = seg[~nan]
-        if seg.size:
-            st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
-            st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
-        out.append(st)
+        out.append(_chunk_stats(side, (row0 + off) // chunk_rows, seg.size, seg, spec.keys[0],
+                                lambda i, o=off: row0 + o + i))
     return out
+
+
+def _chunk_stats(side: str, chunk: int, count: int, seg: np.ndarray, k1: str, row_of) -> ChunkStats:
+    """One chunk's stats from the k1 values ``seg`` of its records (or of its outer indices);
+    ``row_of(i)`` is the global row of the record behind ``seg[i]``."""
+    st = ChunkStats(side, chunk, count=count)
+    nan = np.isnan(seg)
+    if nan.any():
+        st.nan_k1 = True
+        st.first_nan_row = row_of(int(np.argmax(nan)))
+        st.first_nan_key = k1
+        seg = seg[~nan]
+    if seg.size:
+        st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
+        st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
+    return st
 
 
 def coord_chunk_stats(side: str, spec: SideSpec, k1_by_outer: np.ndarray) -> list[ChunkStats]:
@@ -149,17 +156,8 @@ def coord_chunk_stats(side: str, spec: SideSpec, k1_by_outer: np.ndarray) -> lis
     out = []
     for c, a in enumerate(range(0, k1_by_outer.size, spec.step)):
         seg = k1_by_outer[a:a + spec.step]
-        st = ChunkStats(side, c, count=seg.size * spec.inner)
-        nan = np.isnan(seg)
-        if nan.any():
-            st.nan_k1 = True
-            st.first_nan_row = (a + int(np.argmax(nan))) * spec.inner
-            st.first_nan_key = spec.keys[0]
-            seg = seg[~nan]
-        if seg.size:
-            st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
-            st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
-        out.append(st)
+        out.append(_chunk_stats(side, c, seg.size * spec.inner, seg, spec.keys[0],
+                                lambda i, a=a: (a + i) * spec.inner))
     return out
 
 
