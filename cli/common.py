@@ -56,23 +56,33 @@ def split_list(value: str | None) -> tuple[str, ...] | None:
     return items
 
 
-def parse_eps(value: str) -> float | dict[str, float]:
-    """``0.01`` or ``lat=0.01,lon=0.01,time=0``."""
+def parse_eps(value: str) -> float | str | dict[str, float | str]:
+    """``0.01``, ``lat=0.01,lon=0.01,time=0`` or with durations on time keys: ``time=1h``.
+
+    Durations stay strings here; the library converts them with the key's type (and refuses
+    them on keys that are not times)."""
     value = value.strip()
-    if "=" not in value:
+
+    def number_or_duration(v: str, what: str) -> float | str:
+        v = v.strip()
         try:
-            return float(value)
+            return float(v)
         except ValueError:
-            raise UsageError(f"--eps {value!r} is not a number; use --eps 0.01 or --eps lat=0.01,lon=0.02") from None
-    out = {}
+            if v[:1].isdigit() or v[:1] == ".":
+                return v  # a duration such as 1h or 30min: checked against the key's type
+            raise UsageError(f"{what} {v!r} is not a number or a duration; use --eps 0.01 or --eps lat=0.01,time=1h") \
+                from None
+
+    if "=" not in value:
+        return number_or_duration(value, "--eps")
+    out: dict[str, float | str] = {}
     for part in value.split(","):
         k, sep, v = part.partition("=")
         if not sep or not k.strip():
             raise UsageError(f"--eps part {part!r} is not KEY=VALUE; use --eps lat=0.01,lon=0.02")
-        try:
-            out[k.strip()] = float(v)
-        except ValueError:
-            raise UsageError(f"--eps value for {k.strip()!r} is {v!r}, not a number") from None
+        if k.strip() in out:
+            raise UsageError(f"--eps names key {k.strip()!r} twice; give one tolerance per key")
+        out[k.strip()] = number_or_duration(v, f"--eps value for {k.strip()!r}:")
     return out
 
 

@@ -18,6 +18,14 @@ class UsageError(SmergeError):
     """Bad parameters or options (negative eps, K > N, unknown key, ...)."""
 
 
+class MissingKeyError(UsageError):
+    """An input has no column, variable or dimension of a key's name."""
+
+    def __init__(self, path: str, missing, names):
+        self.path, self.missing = path, tuple(missing)
+        super().__init__(f"{path}: no key {', '.join(map(repr, self.missing))}; it has {', '.join(names)}")
+
+
 class InputError(SmergeError):
     """Bad input data: missing/unreadable file, unknown format, NaN keys, truncated file."""
 

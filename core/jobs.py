@@ -18,9 +18,9 @@ from typing import Callable, Mapping
 import pyarrow as pa
 
 from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
-from smerge.errors import OutputError, SmergeError, UsageError
+from smerge.errors import MissingKeyError, OutputError, SmergeError, UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
-from smerge.merge.keys import check_key_compat, with_keys
+from smerge.merge.keys import check_key_compat, key_eps, with_keys
 from smerge.merge.output import b_output_names, pair_schema
 from smerge.transport import BackgroundWriter, Prefetcher
 
@@ -122,25 +122,40 @@ def check_distinct_paths(inputs, outputs: list[tuple[str, str]]) -> None:
         seen[n] = opt
 
 
+def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[InputSource, InputSource]:
+    """Open A and B (metadata only) with their keys matched **by name** (DATA.md section 1).
+
+    B's keys are ``--keys-b`` when given, else A's key names (given, or A's defaults: the
+    coordinate variables of A's dimensions in A's order), whatever B's own dimension order.
+    ``job`` needs ``a``, ``b``, ``keys_a``, ``keys_b``, ``vars_a``, ``vars_b``, ``batch_rows``.
+    """
+    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+    if not src_a.keys:
+        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+    keys_b = job.keys_b or tuple(src_a.keys)
+    try:
+        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+    except MissingKeyError as e:
+        if job.keys_b:
+            raise
+        raise UsageError(f"{job.b}: B has no {', '.join(map(repr, e.missing))}, a key of A ({','.join(src_a.keys)}); "
+                         "keys are matched by name: name B's keys in A's order with --keys-b") from None
+    if not src_b.keys:
+        raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    return src_a, src_b
+
+
 def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> PreparedMerge:
     """Open inputs (metadata only) and validate every parameter and output path.
 
     ``opener(path, keys=, variables=, batch_rows=)`` opens an input (default: smerge's own
     readers; the Spark runner passes one that reads URLs with Spark's readers).
     """
-    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
-    keys_b = job.keys_b or job.keys_a
-    src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
-    if not src_b.keys and src_a.keys:
-        # Tabular B has no default keys: use A's (same names in both inputs, spec/CLI.md).
-        src_b = opener(job.b, keys=src_a.keys, variables=job.vars_b, batch_rows=job.batch_rows)
-    if not src_a.keys:
-        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
-    if not src_b.keys:
-        raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    src_a, src_b = open_inputs(job, opener)
     keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
     check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b)
-    eps = resolve_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a)
+    eps = resolve_eps(key_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a, src_a.schema),
+                      keys.a)
     params = CGMParams(keys=keys, eps=eps, window_size=job.window_size, least_increment_a=job.least_increment_a,
                        least_increment_b=job.least_increment_b, with_ids=job.with_ids, nan_keys=job.nan_keys,
                        delta=job.delta, delta_windows=job.delta_windows)
@@ -180,6 +195,17 @@ def open_outputs(prep: PreparedMerge):
                 o.abort()
         raise
     return outs
+
+
+def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
+    """``a_masked``/``b_masked``: values made missing by valid_min/valid_max/valid_range in each
+    input (DATA.md section 3); ``None`` for a B behind a running server (not read here).
+    ``read_here``: the whole inputs were streamed in this process (else they are counted by a
+    read of the variables that have such attributes)."""
+    from smerge.datasets.netcdf import masked_values
+
+    b = None if prep.src_b.format == "flight" else masked_values(prep.src_b, read_here=read_here)
+    return {"a_masked": masked_values(prep.src_a, read_here=read_here), "b_masked": b}
 
 
 def commit_outputs(outputs) -> float:
@@ -263,6 +289,7 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     stats.extra.update({
         "fetch_a_seconds": pa_it.busy_seconds, "fetch_b_seconds": pb_it.busy_seconds,
         "execution": "local", "a": prep.job.a, "b": prep.job.b, "output": prep.output,
+        **masked_stats(prep),
     })
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
@@ -271,6 +298,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "needs_spark_readers", "check_outputs", "check_distinct_paths", "run_local", "open_outputs", "commit_outputs", "abort_outputs",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "open_inputs", "needs_spark_readers", "check_outputs", "check_distinct_paths", "run_local", "masked_stats", "open_outputs", "commit_outputs", "abort_outputs",
            "write_stats", "default_output",
            "SmergeError", "Progress"]

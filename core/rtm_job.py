@@ -27,9 +27,9 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
 from smerge.errors import UsageError
-from smerge.jobs import (PreparedMerge, ProgressFactory, abort_outputs, check_outputs, commit_outputs, default_output,
+from smerge.jobs import (PreparedMerge, masked_stats, open_inputs, ProgressFactory, abort_outputs, check_outputs, commit_outputs, default_output,
                          open_outputs, write_stats)
-from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
+from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
 from smerge.merge.params import MergeKeys, resolve_eps
 from smerge.merge.rtm_params import RTMParams
@@ -97,25 +97,46 @@ def _server_source(job: RTMJob):
     return client, src
 
 
+def _keys_in_server_order(job: RTMJob, src_a: InputSource, src_b: InputSource) -> InputSource:
+    """A's keys matched **by name** to the server's index keys (DATA.md section 1).
+
+    The server answers in its own key order, so A's keys must follow it. A's default keys (no
+    ``--keys``) are put in the server's order; keys the user listed in another order, or names
+    the server does not have, are an error (never paired by position)."""
+    server = tuple(src_b.keys)
+    names_a = tuple(src_a.keys)
+    if job.keys_b:
+        return src_a  # --keys-b names B's keys explicitly; _server_source checked them
+    if names_a == server:
+        return src_a
+    if sorted(names_a) != sorted(server):
+        raise UsageError(f"A's keys {','.join(names_a)} are not the server's index keys {','.join(server)}; "
+                         "keys are matched by name: pass --keys-b to pair A's keys with the server's")
+    if job.keys_a:
+        raise UsageError(f"--keys {','.join(names_a)} lists the server's index keys in another order; the server "
+                         f"sorts by {','.join(server)}: pass --keys {','.join(server)}")
+    return open_input(job.a, keys=server, variables=job.vars_a, batch_rows=job.batch_rows)
+
+
 def prepare_rtm(job: RTMJob) -> PreparedMerge:
     """Open A (metadata only), reach B, validate every parameter and output path."""
     if (job.b is None) == (job.server is None):
         raise UsageError("give either B (an input to index for this run) or --server URL, not both")
     if job.server is None and job.token_file:
         raise UsageError("--token-file is for --server; the embedded server makes its own token")
-    src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
-    if not src_a.keys:
-        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
     client = None
     if job.server is not None:
+        src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+        if not src_a.keys:
+            raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
         client, src_b = _server_source(job)
+        src_a = _keys_in_server_order(job, src_a, src_b)
     else:
-        src_b = open_input(job.b, keys=job.keys_b or job.keys_a, variables=job.vars_b, batch_rows=job.batch_rows)
-        if not src_b.keys:
-            raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+        src_a, src_b = open_inputs(job)
     keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
     check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b or job.server)
-    eps = resolve_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a)
+    eps = resolve_eps(key_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a, src_a.schema),
+                      keys.a)
     params = RTMParams(keys=keys, eps=eps, window_size=job.window_size, refill=job.refill, with_ids=job.with_ids,
                        nan_keys=job.nan_keys, delta=job.delta, delta_windows=job.delta_windows)
     output = job.output or default_output(job.a, job.b or (client.info()["name"] if client else "b"))
@@ -240,6 +261,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
         "server": "embedded" if server is not None else job.server,
         "a": job.a, "b": job.b or job.server, "output": prep.output,
         "b_unmatched_definition": "B records never paired with any A record (RTM does not consume B)",
+        **masked_stats(prep),
     })
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, KeyNaNError, OutputError, SmergeError, UsageError
-from smerge.jobs import PreparedMerge, open_outputs, write_stats
+from smerge.jobs import PreparedMerge, masked_stats, open_outputs, write_stats
 from smerge.merge import MergeStats
 from smerge.datasets.writers import DATASET_FORMAT, replace_dir
 from smerge.spark_parquet import ParquetConcatError, concat_parquet
@@ -660,6 +660,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds
     stats.total_seconds = time.perf_counter() - t0
     stats.extra.update({
+        **masked_stats(prep, read_here=False),
         "execution": "spark", "master": sc.master, "partitions": P, "bounds": list(bounds),
         "plan": plan_how, "part_format": part_format, "task_threads": plan.prefetch,
         "session_start_seconds": session_seconds, "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,

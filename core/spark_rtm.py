@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, OutputError, SmergeError, UsageError
-from smerge.jobs import abort_outputs, commit_outputs, open_outputs, write_stats
+from smerge.jobs import abort_outputs, commit_outputs, masked_stats, open_outputs, write_stats
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
 
@@ -363,6 +363,7 @@ def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, 
         "server": "embedded" if server is not None else job.server,
         "a": job.a, "b": job.b or job.server, "output": prep.output,
         "b_unmatched_definition": "B records never paired with any A record (RTM does not consume B)",
+        **masked_stats(prep, read_here=False),
     })
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)

@@ -58,6 +58,9 @@ class InputSource:
     inner_size: int
     open_batches: Callable[[int, int | None], Iterator[pa.RecordBatch]]
     grid: GridInfo | None = None
+    # Counts the reader keeps while streaming, e.g. "masked": values outside valid_min/valid_max/
+    # valid_range made missing (netCDF). Filled as batches() is iterated in this process.
+    counters: dict = field(default_factory=dict)
 
     def batches(self, start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
         return self.open_batches(start, stop)

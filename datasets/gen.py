@@ -1,6 +1,6 @@
 """NCAR-like gridded test data: time x lat x lon, float32 variables, ~28 bytes per record.
 
-Records: ``time`` (float64, hours since 2000-01-01, 6-hourly), ``lat``, ``lon`` (float32 on a
+Records: ``time`` (6-hourly from 2000-01-01: ``timestamp[us]`` in tabular files, CF hours in netCDF), ``lat``, ``lon`` (float32 on a
 regular grid), and float32 variables (default ``p, t, u``): 8 + 4 + 4 + 3 x 4 = 28 bytes, as
 in the paper's files. Values are smooth fields plus seeded noise.
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 from smerge.errors import UsageError
 
 TIME_UNITS = "hours since 2000-01-01 00:00:00"
+_EPOCH_2000_US = 946684800 * 10**6  # 2000-01-01 00:00 UTC in microseconds since 1970
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,11 @@ def _values(p: GenParams, flat: np.ndarray, time, lat, lon, rng) -> dict[str, np
     return out
 
 
-def generate(p: GenParams, *, batch_rows: int = 262144) -> Iterator[pa.RecordBatch]:
-    """The records in arrival order, as batches of the schema ``time, lat, lon, vars...``."""
+def generate(p: GenParams, *, batch_rows: int = 262144, raw_time: bool = False) -> Iterator[pa.RecordBatch]:
+    """The records in arrival order, as batches of the schema ``time, lat, lon, vars...``.
+
+    ``time`` is ``timestamp[us]`` (what smerge's netCDF reader decodes the CF time to), or with
+    ``raw_time`` the stored numbers (float64 hours since 2000-01-01)."""
     time, lat, lon = axes(p)
     order = stream_order(p)
     for start in range(0, p.records, batch_rows):
@@ -105,7 +109,9 @@ def generate(p: GenParams, *, batch_rows: int = 262144) -> Iterator[pa.RecordBat
             la = (la + rng.uniform(-p.jitter, p.jitter, flat.size)).astype(np.float32)
             lo = (lo + rng.uniform(-p.jitter, p.jitter, flat.size)).astype(np.float32)
         vals = _values(p, flat, time, lat, lon, rng)
-        cols = {"time": pa.array(time[ti]), "lat": pa.array(la), "lon": pa.array(lo)}
+        t = pa.array(time[ti]) if raw_time else pa.array(
+            (time[ti] * 3600e6).astype(np.int64) + _EPOCH_2000_US, type=pa.timestamp("us"))
+        cols = {"time": t, "lat": pa.array(la), "lon": pa.array(lo)}
         cols.update({k: pa.array(v) for k, v in vals.items()})
         yield pa.RecordBatch.from_pydict(cols)
 
@@ -132,7 +138,7 @@ def write_netcdf(path: str, p: GenParams) -> None:
             ds["lon"][:] = lon
             vars_ = {v: ds.createVariable(v, "f4", ("time", "lat", "lon")) for v in p.variables}
             # Whole time steps per batch, so that each batch reshapes to (steps, lat, lon).
-            for b in generate(p, batch_rows=p.per_step * max(1, 262144 // p.per_step)):
+            for b in generate(p, batch_rows=p.per_step * max(1, 262144 // p.per_step), raw_time=True):
                 t0 = int(round(b.column("time")[0].as_py() / 6.0))
                 nt = b.num_rows // p.per_step
                 for v, var in vars_.items():
@@ -147,7 +153,7 @@ def write_netcdf(path: str, p: GenParams) -> None:
         for v in p.variables:
             ds.createVariable(v, "f4", ("record",)).coordinates = "time lat lon"
         pos = 0
-        for b in generate(p):
+        for b in generate(p, raw_time=True):
             n = b.num_rows
             for name in b.schema.names:
                 ds[name][pos:pos + n] = b.column(name).to_numpy()

@@ -12,29 +12,23 @@ become nulls.
 from __future__ import annotations
 
 import os
-import re
 import threading
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, register_backend
-from smerge.errors import InputError, UsageError
+from smerge.datasets.cf_time import GREGORIAN_SWITCH_US, CFTime, parse_cf_time
+from smerge.errors import InputError, MissingKeyError, UsageError
 
 # netCDF-C and HDF5 are not thread-safe and netCDF4 releases the GIL during its C calls: two
 # background readers (dual buffering) crash or read garbage unless every netCDF4 call holds this.
 NC_LOCK = threading.RLock()
 
 _MAGICS = (b"CDF\x01", b"CDF\x02", b"CDF\x05", b"\x89HDF\r\n\x1a\n")
-_TIME_UNITS = re.compile(r"^\s*(\w+)\s+since\s+(.+?)\s*$")
-_UNIT_NS = {
-    "nanoseconds": 1, "microseconds": 10**3, "milliseconds": 10**6,
-    "seconds": 10**9, "second": 10**9, "secs": 10**9, "sec": 10**9, "s": 10**9,
-    "minutes": 60 * 10**9, "minute": 60 * 10**9, "mins": 60 * 10**9, "min": 60 * 10**9,
-    "hours": 3600 * 10**9, "hour": 3600 * 10**9, "hrs": 3600 * 10**9, "hr": 3600 * 10**9, "h": 3600 * 10**9,
-    "days": 86400 * 10**9, "day": 86400 * 10**9, "d": 86400 * 10**9,
-}
+_VALID_ATTRS = ("valid_min", "valid_max", "valid_range")
 
 
 def _netcdf4():
@@ -66,25 +60,6 @@ def _read_error(path: str, what: str, e: Exception) -> InputError:
     )
 
 
-def decode_time_units(units: str) -> tuple[np.datetime64, int] | None:
-    """``"hours since 1990-01-01 00:00"`` -> (reference datetime64[ns], ns per unit), or None."""
-    m = _TIME_UNITS.match(units or "")
-    if not m or m.group(1).lower() not in _UNIT_NS:
-        return None
-    ref = m.group(2).replace("T", " ").strip()
-    ref = re.sub(r"\s*(UTC|Z|\+00:?00)$", "", ref)
-    parts = ref.split()
-    try:
-        date = np.datetime64(parts[0], "ns")
-        if len(parts) > 1:
-            hms = parts[1].split(":")
-            secs = float(hms[0]) * 3600 + (float(hms[1]) * 60 if len(hms) > 1 else 0) + (float(hms[2]) if len(hms) > 2 else 0)
-            date = date + np.timedelta64(int(round(secs * 1e9)), "ns")
-    except ValueError:
-        return None
-    return date, _UNIT_NS[m.group(1).lower()]
-
-
 def _arrow(values: np.ndarray) -> pa.Array:
     if np.ma.isMaskedArray(values):
         mask = np.ma.getmaskarray(values)
@@ -93,8 +68,45 @@ def _arrow(values: np.ndarray) -> pa.Array:
     return pa.array(np.asarray(values))
 
 
+def _is_char(var) -> bool:
+    """A character variable whose last dimension is the string length (one string per record)."""
+    return var.dtype is not str and np.dtype(var.dtype).kind == "S" and np.dtype(var.dtype).itemsize == 1 \
+        and var.ndim >= 1
+
+
+def _is_string(var) -> bool:
+    return var.dtype is str or _is_char(var)
+
+
 def _is_numeric(var) -> bool:
     return var.dtype is not str and np.dtype(var.dtype).kind in "iuf"
+
+
+def _record_dims(var) -> tuple[str, ...]:
+    """The dimensions a variable has records on: a char variable's string length is not one."""
+    return tuple(var.dimensions[:-1]) if _is_char(var) else tuple(var.dimensions)
+
+
+def _strings(data) -> np.ndarray:
+    """Char arrays (..., strlen) -> str arrays (...); NC_STRING and auto-converted arrays as they are."""
+    import netCDF4
+
+    arr = np.ma.getdata(data) if np.ma.isMaskedArray(data) else np.asarray(data)
+    if arr.dtype.kind == "S" and arr.dtype.itemsize == 1 and arr.ndim >= 1:
+        arr = netCDF4.chartostring(arr, encoding="utf-8")
+    return arr
+
+
+def _key_error(path: str, k: str, why: str) -> UsageError:
+    return UsageError(f"{path}: key {k!r} {why}; a key must be a numeric or CF time variable")
+
+
+def _group_hint(ds) -> str:
+    groups = list(getattr(ds, "groups", {}) or {})
+    if not groups:
+        return ""
+    return (f"; its variables are in netCDF-4 groups ({', '.join(groups[:5])}{', ...' if len(groups) > 5 else ''}), "
+            "which smerge does not read: extract one with `nccopy -G` or xarray's open_dataset(group=...)")
 
 
 class NetCDFBackend:
@@ -105,38 +117,46 @@ class NetCDFBackend:
         return magic.startswith(_MAGICS) or (not magic and path.lower().endswith(self.extensions))
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
-             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = True) -> InputSource:
+        """Open ``path`` (metadata and the 1-D coordinates only). CF time keys are always decoded
+        (``datasets.cf_time``); ``decode_times`` is kept for the backend protocol."""
+        for what, names in (("key", keys), ("variable", variables)):
+            dup = sorted({n for n in names or () if list(names).count(n) > 1})
+            if dup:
+                raise UsageError(f"{path}: {what} {', '.join(map(repr, dup))} named twice; name each once")
         with NC_LOCK, _open(path) as ds:
             allvars = ds.variables
+            if not allvars:
+                raise InputError(f"{path}: it has no variables{_group_hint(ds)}")
             coord_names = {n for n, v in allvars.items() if v.dimensions == (n,)}
             if variables:
                 missing = [v for v in variables if v not in allvars]
                 if missing:
                     raise UsageError(
                         f"{path}: no variable {', '.join(map(repr, missing))}; it has {', '.join(allvars)}"
+                        f"{_group_hint(ds)}"
                     )
-                dims = allvars[variables[0]].dimensions
+                dims = _record_dims(allvars[variables[0]])
                 for v in variables:
-                    if allvars[v].dimensions != dims:
+                    if _record_dims(allvars[v]) != dims:
                         raise UsageError(
-                            f"{path}: variable {v!r} has dimensions {allvars[v].dimensions} but "
+                            f"{path}: variable {v!r} has dimensions {_record_dims(allvars[v])} but "
                             f"{variables[0]!r} has {dims}; choose variables on the same dimensions"
                         )
                 chosen = list(variables)
             else:
                 cands = [n for n, v in allvars.items() if n not in coord_names and v.ndim > 0 and _is_numeric(v)]
                 if not cands:
-                    raise InputError(f"{path}: no numeric data variable; it has {', '.join(allvars) or 'no variables'}")
+                    raise InputError(f"{path}: no numeric data variable; it has {', '.join(allvars)}{_group_hint(ds)}")
                 dims = max((allvars[n].dimensions for n in cands), key=len)
                 chosen = [n for n in cands if allvars[n].dimensions == dims]
             if keys:
                 missing = [k for k in keys if k not in allvars and k not in dims]
                 if missing:
-                    raise UsageError(
-                        f"{path}: no variable {', '.join(map(repr, missing))} to use as a key; "
-                        f"it has {', '.join(allvars)}"
-                    )
+                    raise MissingKeyError(path, missing, list(allvars))
                 for k in keys:
+                    if k in allvars and _is_string(allvars[k]):
+                        raise _key_error(path, k, "is a character or string variable")
                     if k in allvars and allvars[k].dimensions not in ((k,), dims) and not (
                             allvars[k].ndim == 1 and allvars[k].dimensions[0] in dims):
                         raise UsageError(
@@ -149,61 +169,60 @@ class NetCDFBackend:
                 # CF point lists name their keys in the `coordinates` attribute.
                 cf = next((str(allvars[v].getncattr("coordinates")).split() for v in chosen
                            if "coordinates" in allvars[v].ncattrs()), [])
-                if cf and all(c in allvars and allvars[c].dimensions == dims for c in cf):
+                if cf and all(c in allvars and allvars[c].dimensions == dims and _is_numeric(allvars[c])
+                              for c in cf):
                     key_names = cf
                     chosen = [v for v in chosen if v not in cf]
                 else:
                     key_names = list(dims)
+            for k in key_names:
+                if k in allvars and _is_string(allvars[k]):
+                    raise _key_error(path, k, "is a character or string variable")
             shape = tuple(len(ds.dimensions[d]) for d in dims)
             if not chosen and not key_names:
                 raise InputError(f"{path}: nothing to read")
             # Key columns: broadcast coordinate (1-D on one of dims) or full variables on dims.
             coords: dict[str, np.ndarray] = {}
             key_kind: dict[str, tuple] = {}
-            time_decode: dict[str, tuple[np.datetime64, int]] = {}
+            time_decode: dict[str, CFTime] = {}
             attrs: dict[str, dict] = {}
+            fields: list[pa.Field] = []
             for k in key_names:
-                if k in allvars and allvars[k].dimensions == dims and (len(dims) > 1 or k not in dims):
-                    key_kind[k] = ("full",)
-                    v = allvars[k]
-                else:
-                    dim = k if k in dims else allvars[k].dimensions[0]
-                    axis = dims.index(dim)
-                    if k in allvars:
-                        v = allvars[k]
-                        try:
-                            vals = np.ma.filled(v[:], np.nan) if np.ma.isMaskedArray(v[:]) else np.asarray(v[:])
-                        except (OSError, RuntimeError, IndexError) as e:
-                            raise _read_error(path, f"coordinate {k!r}", e) from None
-                    else:
-                        v = None
-                        vals = np.arange(shape[axis], dtype=np.int64)
-                    coords[k] = vals
-                    key_kind[k] = ("coord", axis)
+                v = allvars.get(k)
                 if v is not None:
                     attrs[k] = {a: v.getncattr(a) for a in v.ncattrs()}
-                    if decode_times:
-                        dec = decode_time_units(str(attrs[k].get("units", "")))
-                        if dec is not None:
-                            time_decode[k] = dec
+                    ct = parse_cf_time(attrs[k].get("units"), attrs[k].get("calendar"), source=path, name=k)
+                    if ct is not None:
+                        time_decode[k] = ct
+                if v is not None and v.dimensions == dims and (len(dims) > 1 or k not in dims):
+                    key_kind[k] = ("full",)
+                    ct = time_decode.get(k)
+                    typ = ct.field_type() if ct else pa.from_numpy_dtype(self._dtype(ds, path, k))
+                else:
+                    dim = k if k in dims else v.dimensions[0]
+                    axis = dims.index(dim)
+                    if v is not None:
+                        vals, typ = self._coordinate(v, path, k, time_decode.get(k))
+                    else:
+                        vals = np.arange(shape[axis], dtype=np.int64)
+                        typ = pa.int64()
+                    coords[k] = vals
+                    key_kind[k] = ("coord", axis)
+                ct = time_decode.get(k)
+                fields.append(pa.field(k, typ, metadata=ct.metadata(typ) if ct else None))
             for n in chosen:
                 attrs[n] = {a: allvars[n].getncattr(a) for a in allvars[n].ncattrs()}
-            # Schema from a tiny read of each column (dtype after scale/offset).
-            fields = []
-            for k in key_names:
-                if k in time_decode:
-                    fields.append(pa.field(k, pa.timestamp("ns")))
-                elif key_kind[k][0] == "coord":
-                    fields.append(pa.field(k, pa.from_numpy_dtype(coords[k].dtype)))
-                else:
-                    fields.append(pa.field(k, pa.from_numpy_dtype(self._dtype(ds, path, k))))
-            for n in chosen:
-                fields.append(pa.field(n, pa.from_numpy_dtype(self._dtype(ds, path, n))))
+                typ = pa.string() if _is_string(allvars[n]) else pa.from_numpy_dtype(self._dtype(ds, path, n))
+                fields.append(pa.field(n, typ))
             schema = pa.schema(fields)
+            valid_masked = tuple(n for n in chosen if any(a in attrs[n] for a in _VALID_ATTRS))
         grid = GridInfo(path=path, dims=tuple(dims), shape=shape, variables=tuple(chosen),
                         coords={d: coords[d] for d in dims if d in coords}, attrs=attrs)
         outer = shape[0] if shape else 1
         inner = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        counters = {"masked": 0}
+        plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
+                         time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked)
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             stop = outer if stop is None else min(stop, outer)
@@ -215,8 +234,9 @@ class NetCDFBackend:
                 for a in range(start, stop, step):
                     b = min(a + step, stop)
                     with NC_LOCK:
-                        batch = self._slab(ds, path, a, b, shape, key_names, key_kind, coords, time_decode, chosen,
-                                           schema)
+                        batch, masked = plan.slab(ds, a, b)
+                    counters["masked"] += masked
+                    counters["read_here"] = True
                     yield batch
             finally:
                 with NC_LOCK:
@@ -224,7 +244,29 @@ class NetCDFBackend:
 
         return InputSource(path=path, format=self.name, schema=schema, keys=tuple(key_names),
                            num_rows=int(np.prod(shape)) if shape else 1, outer_size=outer, inner_size=inner,
-                           open_batches=batches, grid=grid)
+                           open_batches=batches, grid=grid, counters=counters)
+
+    @staticmethod
+    def _coordinate(v, path: str, k: str, ct: CFTime | None) -> tuple[np.ndarray, pa.DataType]:
+        """A 1-D coordinate key, read whole: its values and Arrow type. Missing values (an integer
+        coordinate whose values are its ``_FillValue``) become NaN: keys with missing values."""
+        try:
+            raw = v[:]
+        except (OSError, RuntimeError, IndexError, ValueError) as e:
+            raise _read_error(path, f"coordinate {k!r}", e) from None
+        if ct is not None:
+            us, mask = ct.decode(raw, source=path, name=k)
+            valid = us if mask is None else us[~mask]
+            typ = ct.field_type(int(valid.min()) if valid.size else None)
+            if mask is not None:
+                return np.where(mask, np.nan, us.astype(np.float64)), typ
+            return us, typ
+        if np.ma.isMaskedArray(raw) and np.ma.getmaskarray(raw).any():
+            vals = np.ma.getdata(raw).astype(np.float64)
+            vals[np.ma.getmaskarray(raw)] = np.nan
+            return vals, pa.float64()
+        vals = np.asarray(np.ma.getdata(raw))
+        return vals, pa.from_numpy_dtype(vals.dtype)
 
     @staticmethod
     def _dtype(ds, path: str, name: str) -> np.dtype:
@@ -235,39 +277,100 @@ class NetCDFBackend:
             raise _read_error(path, f"variable {name!r}", e) from None
         return np.ma.getdata(probe).dtype
 
-    @staticmethod
-    def _slab(ds, path, a, b, shape, key_names, key_kind, coords, time_decode, chosen, schema) -> pa.RecordBatch:
+
+@dataclass(frozen=True)
+class _SlabPlan:
+    """How the records of outer indices ``a:b`` are built from the file (see ``open``)."""
+
+    path: str
+    shape: tuple[int, ...]
+    key_names: tuple[str, ...]
+    key_kind: dict
+    coords: dict
+    time_decode: dict
+    chosen: tuple[str, ...]
+    schema: pa.Schema
+    valid_masked: tuple[str, ...]
+
+    def slab(self, ds, a: int, b: int) -> tuple[pa.RecordBatch, int]:
+        """The batch and the count of values masked by valid_min/valid_max/valid_range."""
+        path, shape = self.path, self.shape
         sub = (b - a,) + tuple(shape[1:])
         n = int(np.prod(sub))
         cols = []
-        for k in key_names:
-            kind = key_kind[k]
+        for k, f in zip(self.key_names, self.schema):
+            kind = self.key_kind[k]
             if kind[0] == "coord":
                 axis = kind[1]
-                vals = coords[k][a:b] if axis == 0 else coords[k]
+                vals = self.coords[k][a:b] if axis == 0 else self.coords[k]
                 rep = int(np.prod(sub[axis + 1:])) if axis + 1 < len(sub) else 1
                 tile = int(np.prod(sub[:axis])) if axis > 0 else 1
                 col = np.tile(np.repeat(vals, rep), tile)
-            else:
-                try:
-                    col = ds.variables[k][a:b].reshape(n)
-                except (OSError, RuntimeError, IndexError, ValueError) as e:
-                    raise _read_error(path, f"variable {k!r}", e) from None
-            if k in time_decode:
-                ref, ns = time_decode[k]
-                raw = np.ma.filled(col, np.nan) if np.ma.isMaskedArray(col) else col
-                col = ref + (np.asarray(raw, dtype=np.float64) * ns).astype("timedelta64[ns]")
-            cols.append(_arrow(col))
-        for v in chosen:
+                if col.dtype.kind == "f" and not pa.types.is_floating(f.type):
+                    cols.append(pa.array(np.where(np.isnan(col), 0, col).astype(np.int64), mask=np.isnan(col))
+                                .cast(f.type))
+                else:
+                    cols.append(pa.array(col).cast(f.type))
+                continue
             try:
-                data = ds.variables[v][a:b]
+                col = ds.variables[k][a:b].reshape(n)
+            except (OSError, RuntimeError, IndexError, ValueError) as e:
+                raise _read_error(path, f"variable {k!r}", e) from None
+            ct = self.time_decode.get(k)
+            if ct is not None:
+                us, mask = ct.decode(col, source=path, name=k)
+                if pa.types.is_timestamp(f.type) and ct.calendar == "standard":
+                    early = us < GREGORIAN_SWITCH_US if mask is None else (us < GREGORIAN_SWITCH_US) & ~mask
+                    if early.any():
+                        raise InputError(f"{path}: time variable {k!r} has dates before 1582-10-15 in the standard "
+                                         "calendar while its reference date is after; smerge cannot type it as one "
+                                         "timestamp: set calendar = \"proleptic_gregorian\" if that is meant")
+                cols.append(pa.array(us, mask=mask).cast(f.type))
+            else:
+                cols.append(_arrow(col).cast(f.type))
+        masked = 0
+        for v, f in zip(self.chosen, list(self.schema)[len(self.key_names):]):
+            var = ds.variables[v]
+            try:
+                data = var[a:b]
             except (OSError, RuntimeError, IndexError, ValueError) as e:
                 raise _read_error(path, f"variable {v!r}", e) from None
+            if pa.types.is_string(f.type):
+                data = _strings(data)
             if data.size != n:
                 raise _read_error(path, f"variable {v!r}", ValueError(f"got {data.size} values, expected {n}"))
-            cols.append(_arrow(data.reshape(n)))
-        return pa.RecordBatch.from_arrays([c.cast(f.type) if c.type != f.type else c for c, f in zip(cols, schema)],
-                                          schema=schema)
+            if v in self.valid_masked:
+                masked += _range_masked(var, a, b, data)
+            cols.append(_arrow(data.reshape(n)).cast(f.type) if not pa.types.is_string(f.type)
+                        else pa.array(data.reshape(n), type=pa.string()))
+        return pa.RecordBatch.from_arrays(cols, schema=self.schema), masked
+
+
+def _range_masked(var, a: int, b: int, data) -> int:
+    """Values masked by valid_min/valid_max/valid_range (the CF rule netCDF4 applies): masked
+    in ``data`` but neither ``_FillValue``, ``missing_value`` nor NaN in the raw values."""
+    mask = np.ma.getmaskarray(data)
+    if not mask.any():
+        return 0
+    var.set_auto_maskandscale(False)
+    try:
+        raw = np.asarray(var[a:b])
+    finally:
+        var.set_auto_maskandscale(True)
+    other = np.zeros(raw.shape, dtype=bool)
+    for attr in ("_FillValue", "missing_value"):
+        if attr in var.ncattrs():
+            for x in np.atleast_1d(var.getncattr(attr)):
+                other |= raw == x
+    if "_FillValue" not in var.ncattrs() and raw.dtype.kind in "iuf":
+        import netCDF4
+
+        fill = netCDF4.default_fillvals.get(raw.dtype.str[1:])
+        if fill is not None and raw.dtype.itemsize > 1:
+            other |= raw == np.array(fill).astype(raw.dtype)
+    if raw.dtype.kind == "f":
+        other |= np.isnan(raw)
+    return int((mask & ~other).sum())
 
 
 register_backend(NetCDFBackend())
@@ -275,3 +378,35 @@ register_backend(NetCDFBackend())
 
 def is_netcdf_path(path: str) -> bool:
     return os.path.splitext(path)[1].lower() in NetCDFBackend.extensions
+
+
+def masked_values(src: InputSource, *, read_here: bool = True) -> int:
+    """Values of ``src`` made missing by valid_min/valid_max/valid_range (DATA.md section 3).
+
+    Counted while ``batches()`` streamed in this process (``src.counters``); when it did not
+    (the records were read by Spark tasks), the variables that carry such attributes, and only
+    those, are read once more here, slab by slab."""
+    if src.grid is None:
+        return 0
+    if read_here and src.counters.get("read_here"):
+        return int(src.counters.get("masked", 0))
+    g = src.grid
+    names = [v for v in g.variables if any(a in g.attrs.get(v, {}) for a in _VALID_ATTRS)]
+    if not names:
+        return 0
+    total = 0
+    step = max(1, DEFAULT_BATCH_ROWS // max(g.inner_size, 1))
+    with NC_LOCK:
+        ds = _open(src.path)
+        ds.set_always_mask(True)
+    try:
+        for a in range(0, g.shape[0] if g.shape else 1, step):
+            b = min(a + step, g.shape[0])
+            with NC_LOCK:
+                for n in names:
+                    var = ds.variables[n]
+                    total += _range_masked(var, a, b, var[a:b])
+    finally:
+        with NC_LOCK:
+            ds.close()
+    return total

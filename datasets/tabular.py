@@ -6,13 +6,16 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from smerge.errors import UsageError
+from smerge.errors import MissingKeyError, UsageError
 
 
 def resolve_columns(path: str, schema: pa.Schema, keys: Sequence[str] | None,
                     variables: Sequence[str] | None) -> tuple[pa.Schema, list[str], tuple[str, ...]]:
     """Schema, column list and keys for a tabular file: keys first, then the payload columns."""
     names = schema.names
+    missing_keys = [c for c in keys or () if c not in names]
+    if missing_keys:
+        raise MissingKeyError(path, missing_keys, names)
     for what, cols in (("key", keys or ()), ("column", variables or ())):
         missing = [c for c in cols if c not in names]
         if missing:

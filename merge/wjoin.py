@@ -41,8 +41,10 @@ from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ran
 
 DEFAULT_OUTPUT_ROWS = 65536
 METHODS = ("auto", "hash", "nested-loop")
-_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "m": 60 * 10**9, "min": 60 * 10**9,
+_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
              "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
+# Months and years: fixed only in the 360_day calendar (checked in resolve_bound).
+_CALENDAR_UNITS_NS = {"mo": 30 * 86400 * 10**9, "y": 360 * 86400 * 10**9}
 _DUR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -69,9 +71,11 @@ def parse_duration(text: str | float | int | Duration, what: str = "--window") -
             raise UsageError(f"{what} {text} must be a number >= 0")
         return Duration(float(text))
     m = _DUR_RE.match(str(text))
-    if not m or (m.group(2) and m.group(2).lower() not in _UNITS_NS):
-        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 6h, 2d (units ns us ms s min h d w) "
-                         "or a plain number in the time column's unit")
+    if m and m.group(2) in ("m", "M"):
+        raise UsageError(f"{what} {text!r}: {m.group(2)!r} could be minutes or months; write min or mo")
+    if not m or (m.group(2) and m.group(2).lower() not in _UNITS_NS and m.group(2).lower() not in _CALENDAR_UNITS_NS):
+        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d (units ns us ms s min "
+                         "h d w; mo y on 360_day times) or a plain number in the time column's unit")
     return Duration(float(m.group(1)), m.group(2).lower() or None)
 
 
@@ -162,10 +166,25 @@ class WJoinParams:
 
 
 def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
-    """A bound in the time representation: int64 ns (datetime), int (integer times) or float."""
-    if kind == "datetime":
-        v = d.value * _UNITS_NS[d.unit] if d.unit else d.value
-        return int(math.floor(v + 1e-9))
+    """A bound in the time representation of ``kind`` (see ``_time_kind``): int64 ns
+    ("datetime"), int64 us ("datetime_us", and "cf:<calendar>" for decoded CF times in other
+    calendars), int (integer times) or float. A plain number on a decoded CF time is refused:
+    its unit would be a guess."""
+    if kind.startswith(("datetime", "cf:")):
+        ns_per_raw = 1 if kind.split("+")[0] == "datetime" else 1000
+        if d.unit is None:
+            if kind.endswith("+cf") or kind.startswith("cf:"):
+                raise UsageError(f"{what} {d} has no unit and the time is a decoded CF time; give a duration "
+                                 "such as 6h, 30min or 2d")
+            return int(math.floor(d.value + 1e-9))
+        if d.unit in _CALENDAR_UNITS_NS:
+            if kind != "cf:360_day":
+                raise UsageError(f"{what} {d}: months and years have no fixed length in this calendar; "
+                                 "give days or hours")
+            ns = d.value * _CALENDAR_UNITS_NS[d.unit]
+        else:
+            ns = d.value * _UNITS_NS[d.unit]
+        return int(math.floor(ns / ns_per_raw + 1e-9))
     if d.unit:
         raise UsageError(f"{what} {d} has a unit but the time column is a plain number; give the bound as a plain "
                          "number in the time column's unit")
@@ -204,22 +223,49 @@ class WJoinStats:
 # ---- the plan: everything derived from params + schemas, once ------------------------------
 
 def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str]) -> str:
-    kinds = set()
+    """One time representation for all streams: "datetime" (int64 ns; some stream has ns
+    timestamps), "datetime_us" (int64 us: every timestamp is s/ms/us or a date, e.g. decoded CF
+    times), "cf:<calendar>" (decoded CF times in a non-standard calendar, int64 us), "int" or
+    "float". A "+cf" suffix marks decoded CF times (plain-number bounds are refused)."""
+    kinds: dict[str, list[str]] = {}
+    cf = False
     for s, c, a in zip(schemas, cols, aliases):
         if c not in s.names:
             raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time)")
-        t = s.field(c).type
-        if pa.types.is_timestamp(t) or pa.types.is_date(t):
-            kinds.add("datetime")
+        f = s.field(c)
+        t, md = f.type, f.metadata or {}
+        cf = cf or b"smerge.cf_units" in md
+        if b"smerge.cf_units" in md and not pa.types.is_timestamp(t):
+            k = f"cf:{md.get(b'calendar', b'?').decode()}"
+        elif pa.types.is_timestamp(t):
+            k = "datetime" if t.unit == "ns" else "datetime_us"
+        elif pa.types.is_date(t):
+            k = "datetime_us"
         elif pa.types.is_integer(t):
-            kinds.add("int")
+            k = "int"
         elif pa.types.is_floating(t):
-            kinds.add("float")
+            k = "float"
         else:
             raise UsageError(f"{a}: time column {c!r} has type {t}; it must be numeric or a datetime")
-    if "datetime" in kinds and len(kinds) > 1:
-        raise UsageError("time columns mix datetimes and plain numbers; use the same kind in every stream")
-    return "datetime" if "datetime" in kinds else ("float" if "float" in kinds else "int")
+        kinds.setdefault(k, []).append(f"{a} ({c}: {_kind_words(k)})")
+    groups = {("time" if k.startswith(("datetime", "cf:")) else "number") for k in kinds}
+    cals = [k for k in kinds if k.startswith("cf:")]
+    if len(groups) > 1 or len(cals) > 1 or (cals and len(kinds) > 1):
+        raise UsageError("time columns cannot be compared: " + "; ".join(x for v in kinds.values() for x in v)
+                         + "; give every stream the same kind of time (and the same calendar)")
+    if cals:
+        return cals[0]
+    if "datetime" in kinds:
+        return "datetime+cf" if cf else "datetime"
+    if "datetime_us" in kinds:
+        return "datetime_us+cf" if cf else "datetime_us"
+    return "float" if "float" in kinds else "int"
+
+
+def _kind_words(k: str) -> str:
+    if k.startswith("cf:"):
+        return f"time in the {k[3:]} calendar"
+    return {"datetime": "timestamp[ns]", "datetime_us": "timestamp", "int": "integer", "float": "number"}[k]
 
 
 @dataclass
@@ -405,8 +451,16 @@ def _times(col, kind: str, s: _Stream) -> np.ndarray:
     if col.null_count:
         row = s.rows_read + int(pc.index(pc.is_null(col), True).as_py())
         raise InputError(f"{s.name}: time column {s.time_col!r} is missing at row {row}; every record needs a time")
-    if kind == "datetime":
-        return pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+    if kind.startswith(("datetime", "cf:")):
+        if kind.startswith("cf:"):
+            return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+        unit = "ns" if kind.split("+")[0] == "datetime" else "us"
+        try:
+            col = pc.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
+        except pa.ArrowInvalid:
+            raise InputError(f"{s.name}: time column {s.time_col!r} holds dates outside 1678-2262 that another "
+                             "stream's nanosecond timestamps cannot share; cast that stream to timestamp[us]") from None
+        return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
     if kind == "int":
         return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
     v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)

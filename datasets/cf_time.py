@@ -1,0 +1,196 @@
+"""CF time: ``"<unit> since <date>[ <time>][ <utc offset>]"`` in any CF calendar, decoded exactly.
+
+A CF time variable is decoded to one time base shared by every input: **microseconds since
+1970-01-01 00:00:00 UTC, counted in the variable's own calendar**. Both inputs' times are then
+comparable as plain numbers, whatever their units, reference dates or UTC offsets.
+
+- Standard calendars (``standard``/``gregorian`` from 1582-10-15 on, ``proleptic_gregorian``)
+  become Arrow ``timestamp[us]``: its range is +-290,000 years, so dates outside 1678-2262 are
+  exact (``datetime64[ns]`` would wrap them around).
+- Other calendars (``noleap``/``365_day``, ``all_leap``/``366_day``, ``360_day``, ``julian``), and
+  ``standard`` dates before the Gregorian switch, become ``int64`` microseconds on that base,
+  with ``units`` and ``calendar`` in the field metadata. Two inputs in different calendars
+  cannot be compared (``check_calendars``).
+
+The units are parsed here, not by cftime: cftime silently ignores an offset it cannot parse
+(``-3:30``), and a silently wrong offset pairs different instants. cftime does the calendar
+arithmetic (the reference date's distance from 1970-01-01 in its calendar). Values are
+``offset + round(value * unit)`` in integer microseconds, as ``cftime.num2date`` computes them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import InputError
+
+BASE_UNITS = "microseconds since 1970-01-01 00:00:00"
+META_UNITS, META_CALENDAR, META_SOURCE_UNITS = b"units", b"calendar", b"smerge.cf_units"
+META_UNIT_US = b"smerge.cf_unit_us"
+
+_US = {
+    "microseconds": 1, "microsecond": 1, "usec": 1, "usecs": 1, "us": 1,
+    "milliseconds": 10**3, "millisecond": 10**3, "msec": 10**3, "msecs": 10**3, "ms": 10**3,
+    "seconds": 10**6, "second": 10**6, "secs": 10**6, "sec": 10**6, "s": 10**6,
+    "minutes": 60 * 10**6, "minute": 60 * 10**6, "mins": 60 * 10**6, "min": 60 * 10**6,
+    "hours": 3600 * 10**6, "hour": 3600 * 10**6, "hrs": 3600 * 10**6, "hr": 3600 * 10**6, "h": 3600 * 10**6,
+    "days": 86400 * 10**6, "day": 86400 * 10**6, "d": 86400 * 10**6,
+}
+# Months and years are fixed lengths only in the 360-day calendar (as cftime decides).
+_US_360 = {"months": 30 * 86400 * 10**6, "month": 30 * 86400 * 10**6,
+           "years": 360 * 86400 * 10**6, "year": 360 * 86400 * 10**6}
+CALENDARS = {
+    "standard": "standard", "gregorian": "standard", "proleptic_gregorian": "proleptic_gregorian",
+    "noleap": "noleap", "365_day": "noleap", "all_leap": "all_leap", "366_day": "all_leap",
+    "360_day": "360_day", "julian": "julian",
+}
+TIMESTAMP_CALENDARS = ("standard", "proleptic_gregorian")
+# 1582-10-15 00:00 UTC in microseconds since 1970: standard == proleptic_gregorian from here on.
+GREGORIAN_SWITCH_US = -12219292800 * 10**6
+
+_SINCE = re.compile(r"^\s*([A-Za-z_]+)\s+since\s+(.+?)\s*$", re.IGNORECASE)
+_REF = re.compile(
+    r"^(?P<y>[+-]?\d{1,})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
+    r"(?:(?:[T\s]+)(?P<h>\d{1,2})(?::(?P<mi>\d{1,2})(?::(?P<s>\d{1,2}(?:\.\d*)?))?)?)?"
+    r"(?:\s*(?P<tz>Z|UTC|GMT|[+-]\d{1,2}(?::?\d{2})?))?$",
+    re.IGNORECASE,
+)
+
+
+def is_cf_time_units(units: object) -> bool:
+    """True for ``"<word> since <anything>"`` (the CF time-units shape, valid or not)."""
+    return isinstance(units, str) and bool(_SINCE.match(units))
+
+
+@dataclass(frozen=True)
+class CFTime:
+    """One CF time variable's decoding: ``value -> offset_us + round(value * unit_us)``."""
+
+    units: str
+    calendar: str  # canonical name (CALENDARS values)
+    unit_us: int
+    offset_us: int
+
+    def field_type(self, min_us: int | None = None) -> pa.DataType:
+        """``timestamp[us]`` where the calendar is standard (and no date precedes the switch)."""
+        if self.calendar == "proleptic_gregorian":
+            return pa.timestamp("us")
+        if self.calendar == "standard" and (min_us if min_us is not None else self.offset_us) >= GREGORIAN_SWITCH_US:
+            return pa.timestamp("us")
+        return pa.int64()
+
+    def metadata(self, typ: pa.DataType) -> dict[bytes, bytes]:
+        md = {META_SOURCE_UNITS: self.units.encode(), META_UNIT_US: str(self.unit_us).encode(),
+              META_CALENDAR: self.calendar.encode()}
+        if not pa.types.is_timestamp(typ):
+            md[META_UNITS] = BASE_UNITS.encode()
+        return md
+
+    def decode(self, values: np.ndarray, *, source: str = "", name: str = "") -> tuple[np.ndarray, np.ndarray | None]:
+        """Microseconds on the base (int64) and the mask of missing values (or None)."""
+        mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
+        raw = np.ma.getdata(values) if mask is not None else np.asarray(values)
+        if raw.dtype.kind in "iu":
+            big = np.abs(raw.astype(np.float64)) * self.unit_us > 9.2e18
+            if big.any():
+                raise _overflow(source, name, self.units)
+            out = raw.astype(np.int64) * np.int64(self.unit_us) + np.int64(self.offset_us)
+        else:
+            raw = raw.astype(np.float64, copy=False)
+            nan = ~np.isfinite(raw)
+            if nan.any():
+                mask = nan if mask is None else (mask | nan)
+                raw = np.where(nan, 0.0, raw)
+            scaled = np.rint(raw * float(self.unit_us))
+            if (np.abs(scaled) > 9.2e18).any():
+                raise _overflow(source, name, self.units)
+            out = scaled.astype(np.int64) + np.int64(self.offset_us)
+        if mask is not None and not mask.any():
+            mask = None
+        return out, mask
+
+
+def _overflow(source: str, name: str, units: str) -> InputError:
+    return InputError(f"{source}: time variable {name!r} ({units!r}) holds values too far from 1970 to count in "
+                      "microseconds (beyond +-292,000 years); check its values and units")
+
+
+def parse_cf_time(units: object, calendar: object = None, *, source: str = "", name: str = "") -> CFTime | None:
+    """The decoding of ``units`` in ``calendar`` (default ``standard``), or None when ``units``
+    is not a CF time (no ``since``). Malformed units or unknown calendars are an ``InputError``."""
+    if not is_cf_time_units(units):
+        return None
+    where = f"{source}: time variable {name!r}"
+    cal_raw = "standard" if calendar is None or str(calendar).strip() == "" else str(calendar).strip().lower()
+    if cal_raw not in CALENDARS:
+        raise InputError(f"{where} has calendar {calendar!r}; smerge decodes the CF calendars "
+                         f"{', '.join(sorted(CALENDARS))}")
+    cal = CALENDARS[cal_raw]
+    m = _SINCE.match(units)
+    unit = m.group(1).lower()
+    if unit in _US:
+        unit_us = _US[unit]
+    elif unit in _US_360 and cal == "360_day":
+        unit_us = _US_360[unit]
+    elif unit in _US_360:
+        raise InputError(f"{where} counts {unit} in the {cal} calendar, where they have no fixed length; "
+                         "only the 360_day calendar has fixed months and years (CF)")
+    else:
+        raise InputError(f"{where} has units {units!r}; the unit must be one of days, hours, minutes, seconds, "
+                         "milliseconds, microseconds")
+    ref = _REF.match(m.group(2).strip())
+    if not ref:
+        raise InputError(f"{where} has units {units!r} whose reference date is not "
+                         "YYYY-MM-DD[ hh:mm[:ss]][ +hh:mm]; fix the units attribute")
+    offset = _ref_offset_us(ref, cal, where, units)
+    return CFTime(units=str(units), calendar=cal, unit_us=unit_us, offset_us=offset)
+
+
+def _ref_offset_us(ref: re.Match, cal: str, where: str, units: str) -> int:
+    import cftime
+
+    y, mo, d = int(ref.group("y")), int(ref.group("mo")), int(ref.group("d"))
+    h = int(ref.group("h") or 0)
+    mi = int(ref.group("mi") or 0)
+    sec = float(ref.group("s") or 0.0)
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 24 and mi < 60 and sec < 61):
+        raise InputError(f"{where} has units {units!r} with an impossible reference date; fix the units attribute")
+    whole = int(sec)
+    micro = int(round((sec - whole) * 1e6))
+    try:
+        # Whole days (small, exact in any float) from 1970-01-01 in this calendar.
+        days = cftime.date2num(cftime.datetime(y, mo, d, calendar=cal), "days since 1970-01-01", calendar=cal)
+    except (ValueError, TypeError) as e:
+        raise InputError(f"{where} has units {units!r}: {e}; fix the units attribute") from None
+    offset = int(round(float(days))) * 86400 * 10**6 + ((h * 60 + mi) * 60 + whole) * 10**6 + micro
+    tz = (ref.group("tz") or "").upper()
+    if tz and tz not in ("Z", "UTC", "GMT"):
+        sign = -1 if tz[0] == "-" else 1
+        body = tz[1:].replace(":", "")
+        hh, mm = (int(body[:-2] or 0), int(body[-2:])) if len(body) > 2 else (int(body), 0)
+        if hh > 14 or mm >= 60:
+            raise InputError(f"{where} has units {units!r} with a UTC offset out of range; fix the units attribute")
+        offset -= sign * (hh * 60 + mm) * 60 * 10**6  # local time at UTC+hh:mm is hh:mm later than UTC
+    return offset
+
+
+def field_calendar(field: pa.Field) -> str | None:
+    """The calendar of a decoded CF time field (or None for any other field)."""
+    md = field.metadata or {}
+    cal = md.get(META_CALENDAR)
+    return cal.decode() if cal is not None and META_SOURCE_UNITS in md else None
+
+
+def field_unit_us(field: pa.Field) -> int | None:
+    """Microseconds per unit of the source variable of a decoded CF time field (or None)."""
+    md = field.metadata or {}
+    v = md.get(META_UNIT_US)
+    return int(v) if v is not None else None
+
+
+__all__ = ["CFTime", "parse_cf_time", "is_cf_time_units", "field_calendar", "field_unit_us", "CALENDARS",
+           "BASE_UNITS", "GREGORIAN_SWITCH_US"]
