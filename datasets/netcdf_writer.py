@@ -5,6 +5,15 @@ dimensions and coordinates, A's variables as they are in A, and each B variable 
 missing (NaN, ``_FillValue``) where the A record found no pair. The pairs must carry
 ``a_row`` (the flat C-order index in A's grid). B's variables are held in memory for the whole
 grid until ``close()`` (4-8 bytes x grid points x B variables); A's are copied slab by slab.
+
+Geolocation is kept (spec/DATA.md section 4): besides A's chosen variables, the file holds
+A's dimension coordinates, every key that is a variable of A (point lists' ``lat(station)``,
+curvilinear ``lat2d(y, x)``), and, transitively, every variable A's copied variables name in
+``coordinates``, ``bounds``, ``grid_mapping``, ``cell_measures``, ... (``datasets.cf_refs``),
+each copied as stored in A (type, packing, ``_FillValue``, units and calendar). A name A does
+not hold is dropped from the attribute. B's variables are on A's grid, so they get A's
+coordinates, grid mapping and cell measures; B's own references are kept only where they
+name a variable of the output (a B key becomes A's key of the same position).
 """
 
 from __future__ import annotations
@@ -16,7 +25,16 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.base import InputSource
+from smerge.datasets.cf_refs import REFERENCE_ATTRS, references, rename_references
 from smerge.errors import UsageError
+
+# B attributes that describe B's stored values, not the decoded values written here.
+_PACKING_ATTRS = ("_FillValue", "scale_factor", "add_offset", "missing_value", "_Unsigned",
+                  "valid_min", "valid_max", "valid_range")
+# A decoded CF time column (datasets.cf_time): microseconds since 1970 in its calendar.
+_TIME_BASE_UNITS = "microseconds since 1970-01-01 00:00:00"
+_META_SOURCE_UNITS, _META_CALENDAR = b"smerge.cf_units", b"calendar"
+_COPY_CELLS = 1 << 20  # values per slab when copying a variable
 
 
 class GridWriter:
@@ -29,14 +47,24 @@ class GridWriter:
         if "a_row" not in schema.names:
             raise UsageError("netCDF output needs the a_row column of the pairs")
         self.path, self.grid = path, template.grid
+        self.keys_a = tuple(template.keys)
+        self.keys_b = tuple(template_b.keys) if template_b is not None else ()
         self.b_columns = list(b_columns)
         self.b_sources = list(b_sources) or list(b_columns)
         self.template_b = template_b
         self.history = history
         size = int(np.prod(self.grid.shape))
-        self._b = {}
+        self._b: dict[str, np.ndarray] = {}
+        self._b_time: dict[str, str] = {}  # column -> calendar, for decoded CF times
         for c in self.b_columns:
-            t = schema.field(c).type
+            f = schema.field(c)
+            t = f.type
+            if pa.types.is_string(t) or pa.types.is_large_string(t):
+                self._b[c] = np.full(size, "", dtype=object)
+                continue
+            md = f.metadata or {}
+            if pa.types.is_timestamp(t) or _META_SOURCE_UNITS in md:
+                self._b_time[c] = (md.get(_META_CALENDAR) or b"standard").decode()
             dt = np.float32 if t in (pa.float32(), pa.float16(), pa.int8(), pa.int16(), pa.uint8(), pa.uint16()) else np.float64
             self._b[c] = np.full(size, np.nan, dtype=dt)
 
@@ -44,6 +72,9 @@ class GridWriter:
         rows = batch.column("a_row").to_numpy()
         for c, arr in self._b.items():
             col = batch.column(c)
+            if arr.dtype == object:
+                arr[rows] = np.asarray(col.fill_null("").to_pylist(), dtype=object)
+                continue
             if pa.types.is_timestamp(col.type) or pa.types.is_duration(col.type):
                 col = col.cast(pa.int64())
             vals = col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
@@ -52,46 +83,141 @@ class GridWriter:
     def close(self) -> None:
         import netCDF4
 
+        from smerge.datasets.netcdf import NC_LOCK
+
         g = self.grid
-        with netCDF4.Dataset(g.path) as src, netCDF4.Dataset(self.path, "w", format="NETCDF4") as dst:
+        with NC_LOCK, netCDF4.Dataset(g.path) as src, netCDF4.Dataset(self.path, "w", format="NETCDF4") as dst:
             dst.setncatts({k: src.getncattr(k) for k in src.ncattrs()})
             dst.Conventions = "CF-1.8"
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
             dst.history = f"{stamp}: {self.history}".strip() + (
                 "\n" + src.getncattr("history") if "history" in src.ncattrs() else "")
+            copied = _a_variables(src, g.dims, self.keys_a, g.variables)
             for d, n in zip(g.dims, g.shape):
                 dst.createDimension(d, n)
-            for d in g.dims:
-                if d in src.variables and src.variables[d].dimensions == (d,):
-                    self._copy_var(src, dst, d)
-            for v in g.variables:
-                self._copy_var(src, dst, v)
-            for c, name in zip(self.b_columns, self.b_sources):
+            for d in src.dimensions:
+                if d not in g.dims and any(d in src.variables[v].dimensions for v in copied):
+                    dst.createDimension(d, len(src.dimensions[d]))
+            names_b = _free_names(self.b_columns, set(copied) | set(g.dims))
+            out_vars = set(copied) | set(names_b)
+            in_a = lambda n: n if n in copied else None  # noqa: E731
+            aux_keys = [k for k in self.keys_a if k in copied and src.variables[k].dimensions != (k,)]
+            for n in copied:
+                attrs = _rewritten({a: src.variables[n].getncattr(a) for a in src.variables[n].ncattrs()}, in_a)
+                if n in g.variables and aux_keys:
+                    attrs["coordinates"] = _joined(attrs.get("coordinates"), aux_keys)
+                _copy_var(src, dst, n, attrs)
+            # B's values sit on A's grid: A's coordinates, grid mapping and cell measures describe them.
+            grid_refs = _grid_references(dst, g.variables, aux_keys)
+            to_out = {**dict(zip(self.keys_b, self.keys_a)), **dict(zip(self.b_sources, names_b))}
+            b_ref = lambda n: to_out.get(n) if to_out.get(n) in out_vars else None  # noqa: E731
+            b_attrs = self.template_b.grid.attrs if self.template_b is not None and self.template_b.grid else {}
+            for c, out, name in zip(self.b_columns, names_b, self.b_sources):
                 arr = self._b[c]
-                var = dst.createVariable(c, arr.dtype, g.dims, fill_value=arr.dtype.type(np.nan), zlib=True)
-                if self.template_b is not None and self.template_b.grid is not None:
-                    for k, v in self.template_b.grid.attrs.get(name, {}).items():
-                        if k not in ("_FillValue", "scale_factor", "add_offset", "missing_value"):
-                            var.setncattr(k, v)
-                var.setncattr("comment", f"from B ({name}); missing where no pair was found")
-                step = max(1, (1 << 20) // max(g.inner_size, 1))
+                if arr.dtype == object:
+                    var = dst.createVariable(out, str, g.dims)
+                else:
+                    var = dst.createVariable(out, arr.dtype, g.dims, fill_value=arr.dtype.type(np.nan), zlib=True)
+                attrs = {k: v for k, v in b_attrs.get(name, {}).items() if k not in _PACKING_ATTRS}
+                attrs = _rewritten(attrs, b_ref)
+                if grid_refs.get("coordinates") or attrs.get("coordinates"):
+                    attrs["coordinates"] = _joined(grid_refs.get("coordinates"), (attrs.get("coordinates") or "").split())
+                for a in ("grid_mapping", "cell_measures"):
+                    if a in grid_refs:
+                        attrs[a] = grid_refs[a]
+                if c in self._b_time:
+                    attrs.update(units=_TIME_BASE_UNITS, calendar=self._b_time[c])
+                attrs["comment"] = f"from B ({name}); missing where no pair was found"
+                var.setncatts(attrs)
+                step = max(1, _COPY_CELLS // max(g.inner_size, 1))
                 for a in range(0, g.shape[0], step):
                     b = min(a + step, g.shape[0])
                     var[a:b] = arr[a * g.inner_size:b * g.inner_size].reshape((b - a,) + tuple(g.shape[1:]))
 
-    @staticmethod
-    def _copy_var(src, dst, name: str) -> None:
-        s = src.variables[name]
-        fill = s.getncattr("_FillValue") if "_FillValue" in s.ncattrs() else None
-        v = dst.createVariable(name, s.dtype, s.dimensions, fill_value=fill, zlib=s.ndim > 1)
-        v.setncatts({k: s.getncattr(k) for k in s.ncattrs() if k != "_FillValue"})
-        s.set_auto_maskandscale(False)
-        v.set_auto_maskandscale(False)
-        if s.ndim == 0:
-            v.assignValue(s.getValue())
-            return
-        n0 = s.shape[0]
-        inner = int(np.prod(s.shape[1:])) if s.ndim > 1 else 1
-        step = max(1, (1 << 20) // max(inner, 1))
-        for a in range(0, n0, step):
-            v[a:a + step] = s[a:a + step]
+
+def _a_variables(src, dims: Sequence[str], keys: Sequence[str], chosen: Sequence[str]) -> list[str]:
+    """A's variables the output holds, in order: the dimension coordinates of ``dims``, the keys
+    that are variables, the chosen variables, then everything these reference (transitively)
+    and the coordinate variables of any further dimension they use."""
+    allvars = src.variables
+    start = [d for d in dims if d in allvars and allvars[d].dimensions == (d,)]
+    start += [k for k in keys if k in allvars] + list(chosen)
+    out: list[str] = []
+    queue = list(dict.fromkeys(start))
+    while queue:
+        n = queue.pop(0)
+        if n in out:
+            continue
+        out.append(n)
+        v = allvars[n]
+        for a in v.ncattrs():
+            if a in REFERENCE_ATTRS:
+                queue += [r for r in references(a, v.getncattr(a)) if r in allvars and r not in out]
+        queue += [d for d in v.dimensions if d in allvars and allvars[d].dimensions == (d,) and d not in out]
+    return out
+
+
+def _free_names(names: Sequence[str], taken: set[str]) -> list[str]:
+    """B's variable names in the file: ``_b`` appended while a name is taken (merge.output's rule)."""
+    taken = set(taken)
+    out = []
+    for n in names:
+        while n in taken:
+            n = n + "_b"
+        taken.add(n)
+        out.append(n)
+    return out
+
+
+def _rewritten(attrs: dict, rename) -> dict:
+    """``attrs`` with the references renamed, and those ``rename`` maps to None dropped."""
+    out = {}
+    for k, v in attrs.items():
+        if k in REFERENCE_ATTRS:
+            v = rename_references(k, v, rename)
+            if v is None:
+                continue
+        out[k] = v
+    return out
+
+
+def _joined(value: str | None, more: Sequence[str]) -> str:
+    names = (value or "").split()
+    return " ".join(names + [m for m in more if m not in names])
+
+
+def _grid_references(dst, chosen: Sequence[str], aux_keys: Sequence[str]) -> dict[str, str]:
+    """What A's chosen variables (as written) say about the grid: the union of their
+    ``coordinates`` (with the auxiliary keys), and the first ``grid_mapping``/``cell_measures``."""
+    coords: list[str] = list(aux_keys)
+    refs: dict[str, str] = {}
+    for n in chosen:
+        v = dst.variables[n]
+        if "coordinates" in v.ncattrs():
+            coords = _joined(" ".join(coords), str(v.getncattr("coordinates")).split()).split()
+        for a in ("grid_mapping", "cell_measures"):
+            if a in v.ncattrs() and a not in refs:
+                refs[a] = v.getncattr(a)
+    if coords:
+        refs["coordinates"] = " ".join(coords)
+    return refs
+
+
+def _copy_var(src, dst, name: str, attrs: dict) -> None:
+    """Copy A's variable ``name`` as stored (raw values, same type) with ``attrs``, slab by slab."""
+    s = src.variables[name]
+    numeric = s.dtype is not str and np.dtype(s.dtype).kind in "iufc"
+    fill = s.getncattr("_FillValue") if "_FillValue" in s.ncattrs() else None
+    v = dst.createVariable(name, s.dtype, s.dimensions, fill_value=fill, zlib=numeric and s.ndim > 1)
+    v.setncatts({k: val for k, val in attrs.items() if k != "_FillValue"})
+    for var in (s, v):
+        var.set_auto_maskandscale(False)
+        var.set_auto_chartostring(False)
+    if s.ndim == 0:
+        v.assignValue(s.getValue())
+        return
+    n0 = s.shape[0]
+    inner = int(np.prod(s.shape[1:])) if s.ndim > 1 else 1
+    step = max(1, _COPY_CELLS // max(inner, 1))
+    for a in range(0, n0, step):
+        v[a:a + step] = s[a:a + step]
