@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 import threading
 from typing import Annotated, Optional
 
@@ -36,7 +38,7 @@ def serve(
         from smerge.datasets import open_input
         from smerge.errors import UsageError
         from smerge.index import BIndex
-        from smerge.transport.flight_server import IndexServer, read_token_file
+        from smerge.transport.flight_server import SHUTDOWN_GRACE, IndexServer, read_token_file
 
         if (b is None) == (index is None):
             raise UsageError("give either B or --index DIR")
@@ -49,10 +51,7 @@ def serve(
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
                 raise UsageError("TLS needs both --tls-cert and --tls-key")
-            try:
-                cert, key = open(tls_cert, "rb").read(), open(tls_key, "rb").read()
-            except OSError as e:
-                raise UsageError(f"cannot read the TLS certificate or key ({e})") from None
+            cert, key = _read_file(tls_cert, "--tls-cert"), _read_file(tls_key, "--tls-key")
         if index is not None:
             if keys or vars_:
                 raise UsageError("--keys/--vars are fixed when the index is built; drop them with --index")
@@ -68,22 +67,43 @@ def serve(
             idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
         server = IndexServer(idx, host=host, port=port, token=token, tls_cert=cert, tls_key=key, max_page=max_page)
         stop = threading.Event()
+        signals = []
 
         def on_signal(signum, frame):
-            if not stop.is_set():
-                stop.set()
-                threading.Thread(target=server.shutdown, daemon=True).start()
+            signals.append(signum)
+            if len(signals) > 1:  # a second SIGTERM / Ctrl-C: stop at once
+                sys.stderr.write("smerge serve: stopped at once (second signal)\n")
+                sys.stderr.flush()
+                os._exit(0)
+            stop.set()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         typer.echo(f"smerge serve: {idx.name} ({idx.num_rows:,} records, keys {','.join(idx.keys)}) at "
                    f"{server.url}/{idx.name}" + (" (token required)" if token else ""), err=True)
         typer.echo(f"{server.url}/{idx.name}", err=False)
-        import sys
-
         sys.stdout.flush()
-        server.serve()
-        typer.echo(f"smerge serve: stopped after {server.requests:,} requests ({server.errors:,} rejected)", err=True)
+        while not stop.wait(0.5):  # the main thread stays in Python so that signals are handled
+            pass
+        dropped = server.shutdown(grace=SHUTDOWN_GRACE)
+        note = f"; cancelled the calls of {dropped} connection(s) still busy after {SHUTDOWN_GRACE:g} s" \
+            if dropped else ""
+        typer.echo(f"smerge serve: stopped after {server.requests:,} requests ({server.errors:,} rejected){note}",
+                   err=True)
+        if not server.stopped_cleanly:  # calls that would not end: leave without waiting for them
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
         return 0
 
     run_guarded(body, debug=debug)
+
+
+def _read_file(path: str, option: str) -> bytes:
+    from smerge.errors import UsageError
+
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"{option} {path}: cannot be read ({e.strerror})") from None

@@ -9,6 +9,7 @@ errors become ``smerge.errors`` exceptions with the server's message.
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +18,9 @@ from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.flight as flight
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never reach the CLI's stderr
+import pyarrow.flight as flight  # noqa: E402
 
 from smerge.errors import InputError, UsageError
 from smerge.index import Box
@@ -31,14 +34,20 @@ _TRANSIENT = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.
 
 def split_url(url: str) -> tuple[str, str | None]:
     """``grpc://host:port/NAME`` -> (Flight location, dataset NAME or None)."""
-    parts = urlsplit(url)
+    shape = "must look like grpc://HOST:PORT (or grpc+tls://HOST:PORT), optionally followed by /NAME"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # a port that is not a number or out of 0-65535
+        raise UsageError(f"server URL {url!r}: the port is not a number in 1-65535; it {shape}") from None
     scheme = {"grpc": "grpc+tcp", "grpc+tcp": "grpc+tcp", "grpc+tls": "grpc+tls", "grpcs": "grpc+tls"}.get(parts.scheme)
-    if scheme is None or not parts.hostname or parts.port is None:
-        raise UsageError(f"server URL {url!r} must look like grpc://HOST:PORT (or grpc+tls://HOST:PORT), "
-                         "optionally followed by /NAME")
+    if scheme is None or not parts.hostname or port is None:
+        raise UsageError(f"server URL {url!r} {shape}")
+    if port == 0:
+        raise UsageError(f"server URL {url!r}: port 0 is not a server's port; it {shape}")
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     name = parts.path.strip("/") or None
-    return f"{scheme}://{host}:{parts.port}", name
+    return f"{scheme}://{host}:{port}", name
 
 
 class IndexClient:
@@ -74,6 +83,9 @@ class IndexClient:
                 raise UsageError(f"{self.url}: the server rejected the token ({_first_line(e)}); "
                                  "pass the server's --token-file") from None
             except _TRANSIENT as e:
+                tls = _tls_problem(e)
+                if tls:
+                    raise UsageError(f"{self.url}: TLS handshake failed: {tls}") from None
                 if attempt == self.retries:
                     raise InputError(f"{self.url}: server unavailable after {self.retries + 1} attempts "
                                      f"({_first_line(e)}); is `smerge serve` running there?") from None
@@ -194,6 +206,22 @@ def _first_line(e: BaseException) -> str:
     s = str(e).strip()
     s = s.splitlines()[0] if s else type(e).__name__
     return s.split(". Detail:")[0]
+
+
+def _tls_problem(e: BaseException) -> str | None:
+    """What is wrong with the server's certificate, if a connection failed on it (not retried)."""
+    s = str(e)
+    if "CERTIFICATE_VERIFY_FAILED" in s or "certificate verify failed" in s.lower():
+        return ("the server's certificate is not trusted; pass the certificate (or its CA) with "
+                "--tls-root-cert / SMERGE_TLS_ROOT_CERT")
+    if "Hostname" in s and "mismatch" in s or "hostname" in s and "does not match" in s:
+        return "the server's certificate does not name this host; connect with a host name it lists"
+    if "WRONG_VERSION_NUMBER" in s or "wrong version number" in s:
+        return "the server does not speak TLS; use grpc:// instead of grpc+tls://"
+    if "Ssl handshake failed" in s or "SSL_ERROR" in s or "handshake" in s.lower() and "ssl" in s.lower():
+        line = next((part.strip() for part in s.split(":") if "SSL" in part or "ssl" in part), "")
+        return f"the server's certificate was refused ({line[:120] or 'handshake error'})"
+    return None
 
 
 def _server_message(e: BaseException) -> str:

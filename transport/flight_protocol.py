@@ -21,6 +21,8 @@ MAX_PAGE_ROWS = 1_000_000
 MAX_DIMS = 8
 MAX_BOXES = 2
 MAX_COLUMNS = 1024
+MAX_NAME_CHARS = 256  # a dataset or column name
+MAX_LISTED = 5  # names repeated in an error message
 OPS = {"range": 1, "symdiff": 2, "stream": 0}
 FIELDS = {"op", "dataset", "box", "box2", "limit", "token", "columns"}
 NEXT_TOKEN_KEY = b"smerge.next_token"
@@ -54,12 +56,23 @@ class Query:
         return json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
 
 
+def _listed(names) -> str:
+    """At most ``MAX_LISTED`` names, each cut to 40 characters (error messages stay short)."""
+    names = list(names)
+    shown = [repr(n if len(n) <= 40 else n[:37] + "...") for n in names[:MAX_LISTED]]
+    more = f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else ""
+    return ", ".join(shown) + more
+
+
 def _number(v, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         if v in ("inf", "+inf", "-inf", "Infinity", "-Infinity"):
             return float(v.replace("Infinity", "inf"))
         raise BadRequest(f"{where} must be a number, got {type(v).__name__}")
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        raise BadRequest(f"{where} is too large for a float64 bound; use a number or \"inf\"") from None
     if math.isnan(f):
         raise BadRequest(f"{where} is NaN; box bounds must be numbers")
     return f
@@ -84,17 +97,22 @@ def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
     try:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise BadRequest(f"request is not valid JSON ({e})") from None
+        raise BadRequest(f"request is not valid JSON ({str(e)[:120]})") from None
+    except RecursionError:
+        raise BadRequest("request JSON is nested too deeply") from None
+    except ValueError as e:  # e.g. an integer of more than 4300 digits
+        raise BadRequest(f"request JSON has a value out of range ({str(e)[:120]})") from None
     if not isinstance(body, dict):
         raise BadRequest("request must be a JSON object with an \"op\" field")
     unknown = sorted(set(body) - FIELDS)
     if unknown:
-        raise BadRequest(f"unknown request field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(FIELDS))}")
+        raise BadRequest(f"unknown request field(s) {_listed(unknown)}; allowed: {', '.join(sorted(FIELDS))}")
     op = body.get("op")
-    if op not in OPS:
-        raise BadRequest(f"unknown op {op!r}; use one of {', '.join(OPS)}")
+    if not isinstance(op, str) or op not in OPS:
+        shown = _listed([op]) if isinstance(op, str) else type(op).__name__
+        raise BadRequest(f"unknown op {shown}; use one of {', '.join(OPS)}")
     dataset = body.get("dataset")
-    if dataset is not None and (not isinstance(dataset, str) or len(dataset) > 256):
+    if dataset is not None and (not isinstance(dataset, str) or len(dataset) > MAX_NAME_CHARS):
         raise BadRequest("dataset must be a name (string)")
     nbox = OPS[op]
     names = ("box", "box2")[:nbox]
@@ -108,18 +126,22 @@ def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
     if nbox == 2 and len(boxes[0][0]) != len(boxes[1][0]):
         raise BadRequest("box and box2 must have the same number of keys")
     limit = body.get("limit", max_page if op == "stream" else None)
-    if op != "stream":
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise BadRequest(f"op {op!r} needs an integer \"limit\" (records per page, 1..{max_page})")
-        if not 1 <= limit <= max_page:
-            raise BadRequest(f"limit is {limit}; use 1..{max_page} records per page")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadRequest(f"op {op!r} needs an integer \"limit\" (records per page, 1..{max_page})")
+    if not 1 <= limit <= max_page:
+        shown = str(limit) if abs(limit) < 10**15 else f"an integer of {len(str(abs(limit)))} digits"
+        raise BadRequest(f"limit is {shown}; use 1..{max_page} records per page")
     token = body.get("token")
     if token is not None and (not isinstance(token, str) or len(token) > 128):
         raise BadRequest("token must be the string returned by the previous page, or null")
     columns = body.get("columns")
     if columns is not None:
         if (not isinstance(columns, list) or len(columns) > MAX_COLUMNS
-                or not all(isinstance(c, str) for c in columns)):
-            raise BadRequest("columns must be a list of column names")
+                or not all(isinstance(c, str) and len(c) <= MAX_NAME_CHARS for c in columns)):
+            raise BadRequest(f"columns must be a list of at most {MAX_COLUMNS} column names")
+        seen: set[str] = set()
+        dups = [c for c in columns if c in seen or seen.add(c)]
+        if dups:
+            raise BadRequest(f"columns repeat {_listed(dict.fromkeys(dups))}; name each column once")
         columns = tuple(columns)
     return Query(op=op, dataset=dataset, boxes=boxes, limit=int(limit), token=token, columns=columns)

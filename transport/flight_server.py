@@ -8,7 +8,13 @@
   ``grpc://host:port/NAME`` can be read like a file.
 
 Security: binds 127.0.0.1 by default; requires a bearer token when given one, and refuses to
-bind a non-loopback address without one; TLS with a certificate and key. Malformed, oversized
+bind a non-loopback address without one; TLS with a certificate and key. The Flight server itself
+listens on a Unix socket in a private directory; clients reach it through
+``transport.flight_gate``, which refuses oversized requests before gRPC buffers them (pyarrow
+offers no gRPC receive limit), terminates TLS and can drop every connection at shutdown.
+Responses are capped: ``MAX_RESPONSE_BYTES`` per page, ``MAX_LARGE_PAGES`` pages over
+``LARGE_PAGE_BYTES`` built or sent at once (others wait up to ``LARGE_PAGE_WAIT`` s, then get
+UNAVAILABLE, which clients retry). Malformed, oversized
 or unknown requests get a Flight server error whose message is one line saying what is wrong
 (``extra_info`` = ``INVALID_ARGUMENT``) and the server keeps serving. Errors never carry a Python
 traceback to the client (pyarrow would add one to any other exception): unexpected ones are
@@ -21,27 +27,43 @@ import hmac
 import ipaddress
 import json
 import logging
+import os
 import secrets
+import shutil
+import socket
+import ssl
+import tempfile
 import threading
+import time
 from typing import Mapping
+
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never reach the CLI's stderr
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from smerge.errors import SmergeError, UsageError
 from smerge.index import BIndex, Box
+from smerge.transport.flight_gate import Gate
 from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest,
                                               parse_query)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815
 STREAM_BATCH_ROWS = 65536
+MAX_RESPONSE_BYTES = 512 * 1024 * 1024  # estimated bytes of one range/symdiff page
+LARGE_PAGE_BYTES = 32 * 1024 * 1024  # pages above this take one of MAX_LARGE_PAGES slots
+MAX_LARGE_PAGES = 4
+LARGE_PAGE_WAIT = 30.0  # seconds a large page waits for a slot before UNAVAILABLE (clients retry)
+SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get at shutdown before their connections are dropped
+MAX_ERROR_CHARS = 300
 log = logging.getLogger("smerge.serve")
 
 
 def _one_line(e: BaseException) -> str:
     text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+    text = text.splitlines()[0] if text else type(e).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def _flight_errors(method):
@@ -66,13 +88,63 @@ def _flight_errors(method):
     return wrapper
 
 
+def bare_host(host: str) -> str:
+    """``[::1]`` -> ``::1`` (IPv6 literals may come bracketed)."""
+    h = host.strip()
+    return h[1:-1] if h.startswith("[") and h.endswith("]") else h
+
+
 def is_loopback(host: str) -> bool:
+    host = bare_host(host)
     if host in ("localhost", ""):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def check_token(token: str, where: str = "the token") -> str:
+    """A bearer token must travel in an HTTP header: printable ASCII, no spaces, >= 8 characters."""
+    if len(token) < 8:
+        raise UsageError(f"{where}: the token must be at least 8 characters")
+    bad = next((c for c in token if not 0x21 <= ord(c) <= 0x7E), None)
+    if bad is not None:
+        raise UsageError(f"{where}: the token has the character {bad!r}; use printable ASCII without spaces "
+                         "(a client could not send it)")
+    return token
+
+
+def _tls_context(cert: bytes, key: bytes, workdir: str) -> ssl.SSLContext:
+    """A server TLS context (ALPN h2) from PEM bytes; one line saying what is wrong otherwise."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_alpn_protocols(["h2"])
+    cert_path, key_path = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    for path, data in ((cert_path, cert), (key_path, key)):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    try:
+        try:
+            ctx.load_cert_chain(cert_path, key_path)
+        except ssl.SSLError as e:
+            reason = (e.reason or str(e)).replace("_", " ").lower()
+            if "key values mismatch" in reason:
+                what = "the key does not belong to the certificate"
+            elif "no start line" in reason or "pem lib" in reason or "bad base64" in reason:
+                what = "the certificate or the key is not a PEM file"
+            else:
+                what = reason
+            raise UsageError(f"TLS: {what} ({e.reason or 'invalid'}); pass a PEM certificate with --tls-cert "
+                             "and its private key with --tls-key") from None
+    finally:
+        for path in (cert_path, key_path):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return ctx
 
 
 def new_token() -> str:
@@ -83,6 +155,7 @@ class _AuthFactory(flight.ServerMiddlewareFactory):
     """Checks ``authorization: Bearer <token>`` on every call (constant-time comparison)."""
 
     def __init__(self, token: str):
+        check_token(token)
         self._expected = f"Bearer {token}".encode()
 
     def start_call(self, info, headers):
@@ -99,33 +172,99 @@ class IndexServer(flight.FlightServerBase):
 
     def __init__(self, indexes: Mapping[str, BIndex] | BIndex, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  token: str | None = None, tls_cert: bytes | None = None, tls_key: bytes | None = None,
-                 max_page: int = MAX_PAGE_ROWS):
+                 max_page: int = MAX_PAGE_ROWS, max_response_bytes: int = MAX_RESPONSE_BYTES):
         if isinstance(indexes, BIndex):
             indexes = {indexes.name: indexes}
         if not indexes:
             raise UsageError("the server needs at least one dataset")
+        if token is not None:
+            check_token(token)
         if not is_loopback(host) and not token:
             raise UsageError(f"binding {host} (not a loopback address) requires a token: pass --token-file")
         if (tls_cert is None) != (tls_key is None):
             raise UsageError("TLS needs both a certificate and a key (--tls-cert and --tls-key)")
+        if not 0 <= int(port) <= 65535:
+            raise UsageError(f"port {port} is not a port number (0-65535)")
         self.indexes = dict(indexes)
         self.token = token
         self.max_page = int(max_page)
+        self.max_response_bytes = int(max_response_bytes)
         self.tls = tls_cert is not None
-        scheme = "grpc+tls" if self.tls else "grpc+tcp"
-        middleware = {"auth": _AuthFactory(token)} if token else None
+        self._workdir = tempfile.mkdtemp(prefix="smerge-serve-")  # 0700: only this user reaches the socket
+        self._gate: Gate | None = None
         try:
-            super().__init__(f"{scheme}://{host}:{port}", middleware=middleware,
-                             tls_certificates=[(tls_cert, tls_key)] if self.tls else None)
-        except (OSError, pa.ArrowException) as e:
-            raise UsageError(f"cannot listen on {host}:{port} ({str(e).splitlines()[0]}); "
-                             "choose another --port or --host") from None
+            ctx = _tls_context(tls_cert, tls_key, self._workdir) if self.tls else None
+            sock = os.path.join(self._workdir, "flight.sock")
+            middleware = {"auth": _AuthFactory(token)} if token else None
+            try:
+                super().__init__(flight.Location.for_grpc_unix(sock), middleware=middleware)
+            except (OSError, pa.ArrowException) as e:
+                raise UsageError(f"cannot start the Flight server ({_one_line(e)})") from None
+            host = bare_host(host)
+            try:
+                self._gate = Gate(host, int(port), sock, ssl_context=ctx)
+            except OSError as e:
+                super().shutdown()
+                reason = e.strerror or _one_line(e)
+                if isinstance(e, socket.gaierror):
+                    raise UsageError(f"cannot listen on {host}: unknown host ({reason}); "
+                                     "give an address or host name of this machine with --host") from None
+                raise UsageError(f"cannot listen on {host}:{port} ({reason}); "
+                                 "choose another --port or --host") from None
+        except BaseException:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            raise
+        scheme = "grpc+tls" if self.tls else "grpc+tcp"
         connect = "127.0.0.1" if host in ("0.0.0.0", "", "localhost") else host
-        connect = "[::1]" if host == "::" else connect
-        self.url = f"{scheme}://{connect}:{self.port}"
+        connect = "::1" if connect == "::" else connect
+        connect = f"[{connect}]" if ":" in connect else connect
+        self.url = f"{scheme}://{connect}:{self._gate.port}"
         self.requests = 0
         self.errors = 0
         self._count_lock = threading.Lock()
+        self._large_pages = threading.BoundedSemaphore(MAX_LARGE_PAGES)
+        self._closed = False
+        self.stopped_cleanly = False
+
+    @property
+    def port(self) -> int:
+        """The TCP port clients connect to."""
+        return self._gate.port
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections dropped by the gate for breaking a transport limit."""
+        return self._gate.refused
+
+    def shutdown(self, grace: float | None = None) -> int:
+        """Stop: no new connections or calls; in-flight calls get ``grace`` seconds (default
+        ``SHUTDOWN_GRACE``) to finish, then their connections are dropped (the calls are
+        cancelled). Returns how many connections were dropped. Idempotent."""
+        if self._closed:
+            return 0
+        self._closed = True
+        grace = SHUTDOWN_GRACE if grace is None else grace
+        self._gate.stop_listening()
+        done = threading.Event()
+
+        def stop():
+            try:
+                flight.FlightServerBase.shutdown(self)
+            finally:
+                done.set()
+
+        threading.Thread(target=stop, name="smerge-serve-shutdown", daemon=True).start()
+        dropped = 0
+        if not done.wait(max(0.0, grace)):
+            dropped = self._gate.abort_all()
+            log.info("dropped %d connection(s) still busy after %.1f s", dropped, grace)
+            deadline = time.monotonic() + 10
+            while not done.wait(0.2) and time.monotonic() < deadline:
+                self._gate.abort_all()  # calls that raced in
+        self.stopped_cleanly = done.is_set()
+        self._gate.close()
+        shutil.rmtree(self._workdir, ignore_errors=True)
+        return dropped
 
     # -- helpers ----------------------------------------------------------------------------------
 
@@ -152,23 +291,57 @@ class IndexServer(flight.FlightServerBase):
         idx = self._index(q.dataset)
         cols = list(q.columns) if q.columns is not None else None
         if cols is not None:
-            missing = [c for c in cols if c not in idx.table.schema.names]
+            names = set(idx.table.schema.names)
+            missing = [c for c in cols if c not in names]
             if missing:
-                raise BadRequest(f"unknown column(s) {', '.join(missing)}; columns: {', '.join(idx.table.schema.names)}")
+                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                raise BadRequest(f"unknown column(s) {', '.join(missing[:5])}{more}; "
+                                 f"columns: {', '.join(idx.table.schema.names[:50])}")
         if q.op == "stream":
             table = idx.table if cols is None else idx.table.select(cols)
             self._count()
             return flight.RecordBatchStream(table.to_reader(max_chunksize=STREAM_BATCH_ROWS))
-        boxes = [Box(lo, hi) for lo, hi in q.boxes]
-        if q.op == "range":
-            page = idx.range_query(boxes[0], limit=q.limit, token=q.token)
-        else:
-            page = idx.symdiff_query(boxes[0], boxes[1], limit=q.limit, token=q.token)
-        table = idx.take(page.rows, cols)
-        meta = {NEXT_TOKEN_KEY: (page.next_token or "").encode()}
-        table = table.replace_schema_metadata(meta)
+        row_bytes = _row_bytes(idx, cols)
+        if q.limit * row_bytes > self.max_response_bytes:
+            most = max(1, self.max_response_bytes // row_bytes)
+            raise BadRequest(f"a page of {q.limit:,} records of {row_bytes:,} bytes could reach "
+                             f"{q.limit * row_bytes / 2**20:,.0f} MiB, over the {self.max_response_bytes / 2**20:,.0f} "
+                             f"MiB limit of one response; ask for at most {most:,} records or fewer columns")
+        large = q.limit * row_bytes > LARGE_PAGE_BYTES
+        if large and not self._large_pages.acquire(timeout=LARGE_PAGE_WAIT):
+            self._count(error=True)
+            raise flight.FlightUnavailableError(f"server busy: {MAX_LARGE_PAGES} large pages in progress; retry")
+        try:
+            boxes = [Box(lo, hi) for lo, hi in q.boxes]
+            if q.op == "range":
+                page = idx.range_query(boxes[0], limit=q.limit, token=q.token)
+            else:
+                page = idx.symdiff_query(boxes[0], boxes[1], limit=q.limit, token=q.token)
+            table = idx.take(page.rows, cols)
+            meta = {NEXT_TOKEN_KEY: (page.next_token or "").encode()}
+            table = table.replace_schema_metadata(meta)
+        except BaseException:
+            if large:
+                self._large_pages.release()
+            raise
         self._count()
-        return flight.RecordBatchStream(table)
+        if not large:
+            return flight.RecordBatchStream(table)
+        return flight.GeneratorStream(table.schema, _release_after(table, self._large_pages))
+
+    def _not_supported(self, what: str):
+        self._count(error=True)
+        raise flight.FlightServerError(f"{what} is not supported by the smerge index server; use do_get, "
+                                       "do_action (info, health) or get_flight_info", extra_info=INVALID_ARGUMENT)
+
+    def get_schema(self, context, descriptor):
+        self._not_supported("get_schema")
+
+    def do_put(self, context, descriptor, reader, writer):
+        self._not_supported("do_put")
+
+    def do_exchange(self, context, descriptor, reader, writer):
+        self._not_supported("do_exchange")
 
     @_flight_errors
     def do_action(self, context, action):
@@ -223,12 +396,27 @@ class IndexServer(flight.FlightServerBase):
         return t
 
 
+def _row_bytes(idx: BIndex, cols: list[str] | None) -> int:
+    """Average bytes of one page row (the chosen columns + the row id), from B's buffers."""
+    t = idx.table if cols is None else idx.table.select(cols)
+    n = max(1, t.num_rows)
+    return 8 + max(1, -(-t.nbytes // n))
+
+
+def _release_after(table: pa.Table, slot: threading.BoundedSemaphore):
+    """Yield ``table``'s batches, then free its large-page slot (also when the client goes away)."""
+    try:
+        yield from table.to_batches(max_chunksize=STREAM_BATCH_ROWS)
+    finally:
+        slot.release()
+
+
 def read_token_file(path: str) -> str:
     try:
         with open(path) as f:
             token = f.read().strip()
     except OSError as e:
         raise UsageError(f"--token-file {path}: cannot be read ({e.strerror})") from None
-    if len(token) < 8:
-        raise UsageError(f"--token-file {path}: the token must be at least 8 characters")
-    return token
+    except UnicodeDecodeError:
+        raise UsageError(f"--token-file {path}: not text; the token must be printable ASCII") from None
+    return check_token(token, f"--token-file {path}")
