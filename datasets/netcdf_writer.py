@@ -98,7 +98,7 @@ class GridWriter:
             for d in src.dimensions:
                 if d not in g.dims and any(d in src.variables[v].dimensions for v in copied):
                     dst.createDimension(d, len(src.dimensions[d]))
-            names_b = _free_names(self.b_columns, set(copied) | set(g.dims))
+            names_b = _free_names(self.b_columns, set(copied) | set(dst.dimensions))
             out_vars = set(copied) | set(names_b)
             in_a = lambda n: n if n in copied else None  # noqa: E731
             aux_keys = [k for k in self.keys_a if k in copied and src.variables[k].dimensions != (k,)]

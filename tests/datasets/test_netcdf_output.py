@@ -158,3 +158,18 @@ def test_referenced_parses_cf_forms():
                        coordinates="lat lon", units="m"))
     assert got == {"grid_mapping": ["crs", "lat", "lon", "crs2", "x", "y"], "cell_measures": ["a", "v"],
                    "coordinates": ["lat", "lon"]}
+
+
+def test_b_variable_named_like_a_copied_variable_gets_b_suffix(tmp_path):
+    a, b = tmp_path / "a.nc", tmp_path / "b.nc"
+    regular_bounds(a)
+    regular_bounds(b, b=True)
+    with netCDF4.Dataset(b, "a") as ds:
+        v = ds.createVariable("cell_area", "f4", ("time", "lat", "lon"))
+        v[:] = 7.0
+    out = cgm(tmp_path, a, b)
+    assert dangling(out) == []
+    assert_copied(a, out, ["cell_area", "lat_bnds"])
+    with xr.open_dataset(out) as o:
+        assert (o["cell_area_b"].values == 7.0).all()
+        assert o["q"].attrs["cell_measures"] == "area: cell_area"
