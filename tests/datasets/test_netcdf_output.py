@@ -81,13 +81,14 @@ def test_station_report_default_keys_from_coordinates(tmp_path):
         np.testing.assert_array_equal(o["q"].values, [np.nan, 101, 102, 103, 104, 105])
 
 
-def test_curvilinear_grid_keeps_2d_coordinates(tmp_path):
+@pytest.mark.parametrize("keys", [[], ["--keys", "time,lat2d,lon2d"]], ids=["index-keys", "2d-keys"])
+def test_curvilinear_grid_keeps_2d_coordinates(tmp_path, keys):
     a, b = tmp_path / "a.nc", tmp_path / "b.nc"
     curvilinear(a)
     curvilinear(b, b=True)
-    # keys: time and the indices of y, x. --vars: the reader's default picks the variables with the
-    # most dimensions, and lat2d_bnds(y, x, nv4) ties with p(time, y, x).
-    out = cgm(tmp_path, a, b, "--vars-a", "p", "--vars-b", "q")
+    # default keys: time and the indices of y, x. --vars: the reader's default picks the variables
+    # with the most dimensions, and lat2d_bnds(y, x, nv4) ties with p(time, y, x).
+    out = cgm(tmp_path, a, b, "--vars-a", "p", "--vars-b", "q", *keys)
     assert dangling(out) == []
     assert_copied(a, out, ["time", "lat2d", "lon2d", "lat2d_bnds", "p"])
     assert "b_mask" not in attr(out, "q", "coordinates").split()
