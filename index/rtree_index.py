@@ -40,10 +40,12 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, KeyNaNError, UsageError
+from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError
 
 ROW_ID_COLUMN = "__smerge_row"
-INDEX_FORMAT_VERSION = 1
+INDEX_FORMAT_VERSION = 2  # 2: meta.json records a SHA-256 and size of every file, the schema and its own SHA-256
+INDEX_FILES = ("data.parquet", "order.npy", "rtree.dat", "rtree.idx")
+HASH_CHUNK = 8 << 20
 MAX_DIMS = 8
 RESULT_CACHE_ROWS = 8_000_000  # total cached sorted ranks (int64) across queries: 64 MB
 RESULT_CACHE_ENTRIES = 64
@@ -90,8 +92,9 @@ def parse_token(token: str | None, fp: str) -> int:
     if token is None or token == "":
         return -1
     rank, sep, tfp = str(token).partition(".")
-    if not sep or tfp != fp or not rank.isdigit():
-        raise UsageError(f"continuation token {token!r} does not belong to this query; "
+    if not sep or tfp != fp or not (rank.isascii() and rank.isdigit()) or len(rank) > 19:
+        shown = token if len(token) <= 40 else token[:37] + "..."
+        raise UsageError(f"continuation token {shown!r} does not belong to this query; "
                          "start the query again without a token")
     return int(rank)
 
@@ -199,44 +202,57 @@ class BIndex:
                          tree=tree)
 
     def save(self, directory: str) -> None:
-        """Persist records (Parquet), sort order and metadata; the R-tree must already be on disk there."""
+        """Persist records (Parquet), sort order and metadata; the R-tree must already be on disk there
+        (closed). ``meta.json`` records the SHA-256 and size of every file, the record count, keys
+        and schema, and its own SHA-256: ``load`` verifies them all."""
         import pyarrow.parquet as pq
 
         pq.write_table(self.table, os.path.join(directory, "data.parquet"))
         np.save(os.path.join(directory, "order.npy"), self.order)
         meta = {"format": "smerge-index", "version": INDEX_FORMAT_VERSION, "name": self.name,
-                "keys": list(self.keys), "count": self.table.num_rows, "nan_keys": self.nan_keys,
-                "source": self.source}
+                "keys": list(self.keys), "count": self.table.num_rows, "indexed": int(self.order.size),
+                "nan_keys": self.nan_keys, "source": self.source, "schema": _schema_list(self.table.schema),
+                "files": {f: _file_digest(os.path.join(directory, f)) for f in INDEX_FILES}}
+        meta["meta_sha256"] = _meta_digest(meta)
         with open(os.path.join(directory, "meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
 
     @classmethod
-    def load(cls, directory: str) -> "BIndex":
-        """Open an index written by ``build_index``; the R-tree is opened from disk, not rebuilt."""
+    def load(cls, directory: str, *, verify: bool = True) -> "BIndex":
+        """Open an index written by ``build_index``; the R-tree is opened from disk, not rebuilt.
+
+        Any damage is an ``InputError`` (one line), found before anything is served: meta.json's
+        own checksum and fields; with ``verify`` (the default) the SHA-256 and size of every file
+        (reads them all once: about 1.5 GB/s here); then always the record count and schema, the
+        row order (a 1-D integer array, a permutation of the rows with valid keys, in exact
+        (key, row id) order) and that the R-tree opens. ``verify=False`` skips only the checksums.
+        """
         import pyarrow.parquet as pq
 
         from smerge.merge.keys import key_matrix
 
-        meta_path = os.path.join(directory, "meta.json")
-        if not os.path.isfile(meta_path):
-            raise InputError(f"{directory}: not an smerge index (no meta.json); build one with `smerge index build`")
+        meta = _read_meta(directory)
+        if verify:
+            for fname in ("data.parquet", "order.npy"):
+                _check_file(directory, fname, meta["files"][fname])
         try:
-            with open(meta_path) as f:
-                meta = json.load(f)
-            if meta.get("format") != "smerge-index" or meta.get("version") != INDEX_FORMAT_VERSION:
-                raise InputError(f"{directory}: index format {meta.get('format')}/{meta.get('version')} "
-                                 f"is not supported; rebuild it with `smerge index build`")
             table = pq.read_table(os.path.join(directory, "data.parquet"), memory_map=True).combine_chunks()
-            order = np.load(os.path.join(directory, "order.npy"))
-        except (OSError, ValueError, pa.ArrowException) as e:
-            raise InputError(f"{directory}: damaged index ({e}); rebuild it with `smerge index build`") from None
+            order = np.load(os.path.join(directory, "order.npy"), allow_pickle=False)
+        except (OSError, ValueError, EOFError, pa.ArrowException) as e:
+            raise _damaged(directory, f"cannot read its files ({_short(e)})") from None
+        if table.num_rows != meta["count"]:
+            raise _damaged(directory, f"data.parquet has {table.num_rows} records, meta.json says {meta['count']}")
+        if _schema_list(table.schema) != meta["schema"]:
+            raise _damaged(directory, "data.parquet's schema differs from the one recorded in meta.json")
         keys = tuple(meta["keys"])
-        km = np.ascontiguousarray(key_matrix(table, keys))
-        if table.num_rows != meta["count"] or order.size > table.num_rows:
-            raise InputError(f"{directory}: damaged index (record count mismatch); rebuild it")
-        tree = _open_tree(directory, len(keys))
-        return cls(table, keys, km, order.astype(np.int64), tree, name=meta["name"],
-                   nan_keys=int(meta.get("nan_keys", 0)), source=meta.get("source"))
+        try:
+            km = np.ascontiguousarray(key_matrix(table, keys))
+        except (SmergeError, KeyError, TypeError, ValueError, pa.ArrowException) as e:
+            raise _damaged(directory, f"its keys cannot be read ({_short(e)})") from None
+        order = _check_order(directory, order, km, meta)
+        tree = _open_tree(directory, len(keys), meta["files"] if verify else None)
+        return cls(table, keys, km, order, tree, name=meta["name"], nan_keys=int(meta["nan_keys"]),
+                   source=meta.get("source"))
 
     # -- the R-tree -------------------------------------------------------------------------------
 
@@ -339,6 +355,14 @@ class BIndex:
             raise UsageError(f"limit is {limit}; ask for at least 1 record per page")
         fp = _fingerprint(op, boxes)
         after = parse_token(token, fp)
+        if after >= self.order.size:
+            raise UsageError(f"continuation token {token!r} is past the end of this index; "
+                             "start the query again without a token")
+        if all(b.empty or self._covers_trailing(b) for b in boxes):
+            ranks = self._interval_ranks(op, boxes, after, limit + 1)
+            page = ranks[:limit]
+            next_token = f"{int(page[-1])}.{fp}" if ranks.size > limit else None
+            return Page(self.order[page], next_token)
         start, end = self._leading_run(boxes, after)
         if end - start <= self.scan_max_rows:
             ranks = self._scan(op, boxes, start, end, limit + 1) if end > start else np.empty(0, np.int64)
@@ -358,6 +382,40 @@ class BIndex:
         page = ranks[:limit]
         next_token = f"{int(page[-1])}.{fp}" if ranks.size > limit else None
         return Page(self.order[page], next_token)
+
+    def _covers_trailing(self, box: Box) -> bool:
+        """Whether ``box`` holds every record on all keys but the leading one (then the records
+        inside it are exactly one run of ranks: no scan, no R-tree)."""
+        return all(box.lo[j] <= self.bounds_lo[j] and box.hi[j] >= self.bounds_hi[j]
+                   for j in range(1, len(self.keys)))
+
+    def _interval_ranks(self, op: str, boxes: Sequence[Box], after: int, want: int) -> np.ndarray:
+        """The first ``want`` ranks after ``after`` of a query whose boxes all cover the trailing
+        keys: each box is a run of ranks (binary search on the leading key), the answer their
+        union (range) or symmetric difference (symdiff). O(log n + want) per page."""
+        first = self.sorted_cols[0]
+        runs = []
+        for b in boxes:
+            if b.empty or first.size == 0:
+                runs.append((0, 0))
+            else:
+                runs.append((int(np.searchsorted(first, b.lo[0], side="left")),
+                             int(np.searchsorted(first, b.hi[0], side="right"))))
+        cuts = sorted({p for r in runs for p in r})
+        out, got = [], 0
+        for s, e in zip(cuts, cuts[1:]):
+            inside = [r[0] <= s < r[1] for r in runs]
+            if not (inside[0] if op == "range" else inside[0] != inside[1]):
+                continue
+            s = max(s, after + 1)
+            if s >= e:
+                continue
+            take = min(e - s, want - got)
+            out.append(np.arange(s, s + take, dtype=np.int64))
+            got += take
+            if got >= want:
+                break
+        return np.concatenate(out) if out else np.empty(0, np.int64)
 
     def _remember(self, fp: str, ranks: np.ndarray) -> None:
         if ranks.size > RESULT_CACHE_ROWS // 4:
@@ -423,13 +481,150 @@ def _build_tree(km: np.ndarray, rows: np.ndarray, directory: str | None):
     return index.Index(base, arrays, properties=p) if base else index.Index(arrays, properties=p)
 
 
-def _open_tree(directory: str, d: int):
+def _open_tree(directory: str, d: int, files: dict | None = None):
+    """Open a private copy of the persisted R-tree (checked against ``files``' SHA-256 while
+    copying): libspatialindex rewrites its header page when it closes a tree, so the index
+    directory itself is never opened for writing (it may be read-only, and stays verifiable)."""
+    import shutil
+    import tempfile
+
     from rtree import index
 
     base = os.path.join(directory, "rtree")
-    if not os.path.isfile(base + ".idx"):
-        raise InputError(f"{directory}: the R-tree files are missing; rebuild the index with `smerge index build`")
-    return index.Index(base, properties=_props(d))
+    for ext in (".idx", ".dat"):
+        if not os.path.isfile(base + ext) or os.path.getsize(base + ext) == 0:
+            raise _damaged(directory, f"rtree{ext} is missing or empty")
+    tmp = tempfile.mkdtemp(prefix="smerge-rtree-")
+    try:
+        for ext in (".idx", ".dat"):
+            got = _file_digest(base + ext, copy_to=os.path.join(tmp, "rtree" + ext))
+            want = files.get("rtree" + ext) if files is not None else None
+            if want is not None and (got["size"] != want["size"] or got["sha256"] != want["sha256"]):
+                raise _damaged(directory, f"rtree{ext} does not match its SHA-256")
+        try:
+            return index.Index(os.path.join(tmp, "rtree"), properties=_props(d))
+        except Exception as e:  # noqa: BLE001 - libspatialindex reports damage as RTreeError/OSError
+            raise _damaged(directory, f"the R-tree cannot be opened ({_short(e)})") from None
+    except OSError as e:
+        raise _damaged(directory, f"the R-tree cannot be read ({e.strerror or _short(e)})") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # the open tree keeps its (unlinked) files
+
+
+# -- persisted index: metadata and verification ----------------------------------------------------
+
+
+def _short(e: BaseException) -> str:
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _damaged(directory: str, what: str) -> InputError:
+    return InputError(f"{directory}: damaged index ({what}); rebuild it with `smerge index build`")
+
+
+def _schema_list(schema: pa.Schema) -> list[list[str]]:
+    return [[f.name, str(f.type)] for f in schema]
+
+
+def _file_digest(path: str, copy_to: str | None = None) -> dict:
+    """Size and SHA-256 of a file (one read), optionally copying it to ``copy_to`` on the way."""
+    h = hashlib.sha256()
+    size = 0
+    out = open(copy_to, "wb") if copy_to else None
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(HASH_CHUNK):
+                h.update(chunk)
+                size += len(chunk)
+                if out is not None:
+                    out.write(chunk)
+    finally:
+        if out is not None:
+            out.close()
+    return {"size": size, "sha256": h.hexdigest()}
+
+
+def _meta_digest(meta: dict) -> str:
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _read_meta(directory: str) -> dict:
+    """meta.json, checked: its own checksum, then every field's type."""
+    meta_path = os.path.join(directory, "meta.json")
+    if not os.path.isfile(meta_path):
+        raise InputError(f"{directory}: not an smerge index (no meta.json); build one with `smerge index build`")
+    try:
+        with open(meta_path, "rb") as f:
+            meta = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise _damaged(directory, f"meta.json cannot be read ({_short(e)})") from None
+    if not isinstance(meta, dict):
+        raise _damaged(directory, "meta.json is not a JSON object")
+    if meta.get("format") != "smerge-index" or meta.get("version") != INDEX_FORMAT_VERSION:
+        fmt, ver = str(meta.get("format"))[:40], str(meta.get("version"))[:40]
+        raise InputError(f"{directory}: index format {fmt}/{ver} is not supported (this smerge reads "
+                         f"smerge-index/{INDEX_FORMAT_VERSION}, with checksums); rebuild it with `smerge index build`")
+    if meta.get("meta_sha256") != _meta_digest(meta):
+        raise _damaged(directory, "meta.json does not match its checksum")
+    files = meta.get("files")
+    ok = (isinstance(meta.get("name"), str)
+          and isinstance(meta.get("keys"), list) and 1 <= len(meta["keys"]) <= MAX_DIMS
+          and all(isinstance(k, str) for k in meta["keys"]) and len(set(meta["keys"])) == len(meta["keys"])
+          and all(isinstance(meta.get(f), int) and not isinstance(meta.get(f), bool) and meta[f] >= 0
+                  for f in ("count", "indexed", "nan_keys"))
+          and meta["indexed"] + meta["nan_keys"] == meta["count"]
+          and isinstance(meta.get("schema"), list)
+          and isinstance(files, dict)
+          and all(isinstance(files.get(f), dict) and isinstance(files[f].get("size"), int)
+                  and isinstance(files[f].get("sha256"), str) for f in INDEX_FILES))
+    if not ok:
+        raise _damaged(directory, "meta.json has missing or malformed fields")
+    return meta
+
+
+def _check_file(directory: str, fname: str, want: dict) -> None:
+    path = os.path.join(directory, fname)
+    try:
+        size = os.path.getsize(path)
+        if size != want["size"]:
+            raise _damaged(directory, f"{fname} has {size} bytes, {want['size']} were written")
+        got = _file_digest(path)
+    except OSError as e:
+        raise _damaged(directory, f"{fname} cannot be read ({e.strerror or _short(e)})") from None
+    if got["sha256"] != want["sha256"]:
+        raise _damaged(directory, f"{fname} does not match its SHA-256")
+
+
+def _check_order(directory: str, order: np.ndarray, km: np.ndarray, meta: dict) -> np.ndarray:
+    """The row order must be a permutation of the rows with valid keys, in exact (key, row id) order."""
+    n = km.shape[0]
+    if order.ndim != 1 or order.dtype.kind not in "iu":
+        raise _damaged(directory, f"order.npy is a {order.ndim}-D {order.dtype} array, not 1-D integers")
+    if order.size != meta["indexed"]:
+        raise _damaged(directory, f"order.npy has {order.size} entries, {meta['indexed']} records are indexed")
+    order = order.astype(np.int64, copy=False)
+    if order.size and (int(order.min()) < 0 or int(order.max()) >= n):
+        raise _damaged(directory, "order.npy names rows that do not exist")
+    seen = np.zeros(n, np.bool_)
+    seen[order] = True
+    if int(np.count_nonzero(seen)) != order.size:
+        raise _damaged(directory, "order.npy repeats rows (not a permutation)")
+    nan_rows = np.isnan(km).any(axis=1)
+    if np.any(nan_rows[order]) or int(np.count_nonzero(nan_rows)) != meta["nan_keys"]:
+        raise _damaged(directory, "order.npy and the NaN keys of data.parquet disagree")
+    if order.size > 1:
+        ks = km[order]
+        gt, eq = np.zeros(order.size - 1, np.bool_), np.ones(order.size - 1, np.bool_)
+        for j in range(ks.shape[1]):
+            x, y = ks[:-1, j], ks[1:, j]
+            gt |= eq & (x > y)
+            eq &= x == y
+        gt |= eq & (order[:-1] > order[1:])
+        if gt.any():
+            raise _damaged(directory, "order.npy does not sort the records by (key, row id)")
+    return order
 
 
 def build_index(src, directory: str, *, name: str | None = None, nan_keys: str = "error",

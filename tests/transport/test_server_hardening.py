@@ -133,3 +133,59 @@ def test_many_unfinished_requests_on_one_connection_are_refused():
     for sid in range(1, 2001, 2):  # finished requests free their budget
         lim.feed((PREFACE if sid == 1 else b"") + frame(1, 4, sid, 10) + b"h" * 10 + frame(0, 1, sid, 100)
                  + b"d" * 100)
+
+
+# -- 4. SIGTERM with a stalled client ------------------------------------------------------------------
+
+_STALLER = (
+    "import sys, time, pyarrow.flight as f\n"
+    "c = f.FlightClient(sys.argv[1])\n"
+    f"o = f.FlightCallOptions(headers=[(b'authorization', b'Bearer {TOKEN}')])\n"
+    "r = c.do_get(f.Ticket(b'{\"op\": \"stream\"}'), o)\n"
+    "r.read_chunk(); print('reading', flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+@pytest.mark.parametrize("signals", [1, 2])
+def test_sigterm_with_a_stalled_client_exits_0_within_the_grace_period(big_parquet, tmp_path, signals):
+    p, url = _serve([str(big_parquet), "--keys", "k,j"], tmp_path)
+    staller = subprocess.Popen([sys.executable, "-c", _STALLER, url.rsplit("/", 1)[0]], stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        assert staller.stdout.readline().strip() == "reading"
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        if signals == 2:
+            time.sleep(0.3)
+            p.send_signal(signal.SIGTERM)
+        code = p.wait(timeout=SHUTDOWN_GRACE + 30)
+        took = time.monotonic() - t0
+        err = p.stderr.read()
+        assert code == 0, err
+        if signals == 1:
+            assert took < SHUTDOWN_GRACE + 2, took
+            assert "stopped after" in err and "still busy" in err
+        else:
+            assert took < 2, took
+            assert "stopped at once" in err
+        assert "Traceback" not in err
+    finally:
+        staller.kill()
+        if p.poll() is None:
+            p.kill()
+
+
+def test_library_shutdown_cancels_stalled_calls():
+    big = pa.table({"k": np.arange(2_000_000, dtype=np.float64)})
+    server = IndexServer(BIndex.build(big, ["k"], name="big"), port=0, token=TOKEN)
+    server.start_background()
+    staller = subprocess.Popen([sys.executable, "-c", _STALLER, server.url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert staller.stdout.readline().strip() == "reading"
+        t0 = time.monotonic()
+        assert server.shutdown(grace=1.0) == 1
+        assert time.monotonic() - t0 < 3 and server.stopped_cleanly
+    finally:
+        staller.kill()
