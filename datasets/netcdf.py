@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, register_backend
+from smerge.datasets.cf_refs import references
 from smerge.datasets.cf_time import GREGORIAN_SWITCH_US, CFTime, parse_cf_time
 from smerge.errors import InputError, MissingKeyError, UsageError
 
@@ -145,7 +146,12 @@ class NetCDFBackend:
                         )
                 chosen = list(variables)
             else:
-                cands = [n for n, v in allvars.items() if n not in coord_names and v.ndim > 0 and _is_numeric(v)]
+                # Not data: variables that others name as their bounds, coordinates, grid mapping,
+                # cell measures or ancillary variables (lat_bnds, lat2d, crs, cell_area, ...).
+                referenced = {r for v in allvars.values() for a in v.ncattrs()
+                              for r in references(a, v.getncattr(a))}
+                cands = [n for n, v in allvars.items()
+                         if n not in coord_names and n not in referenced and v.ndim > 0 and _is_numeric(v)]
                 if not cands:
                     raise InputError(f"{path}: no numeric data variable; it has {', '.join(allvars)}{_group_hint(ds)}")
                 dims = max((allvars[n].dimensions for n in cands), key=len)
@@ -157,18 +163,20 @@ class NetCDFBackend:
                 for k in keys:
                     if k in allvars and _is_string(allvars[k]):
                         raise _key_error(path, k, "is a character or string variable")
-                    if k in allvars and allvars[k].dimensions not in ((k,), dims) and not (
-                            allvars[k].ndim == 1 and allvars[k].dimensions[0] in dims):
+                    kd = allvars[k].dimensions if k in allvars else ()
+                    if k in allvars and (not set(kd) <= set(dims) or len(set(kd)) != len(kd) or not kd):
                         raise UsageError(
-                            f"{path}: key {k!r} has dimensions {allvars[k].dimensions}; a key must be a "
-                            f"coordinate of one of {dims} or a variable on {dims}"
+                            f"{path}: key {k!r} has dimensions {kd}; a key must be a variable on some of "
+                            f"{dims} (a coordinate, a 2-D latitude of a curvilinear grid, or a variable on all)"
                         )
                 key_names = list(keys)
                 chosen = [v for v in chosen if v not in key_names]
             else:
-                # CF point lists name their keys in the `coordinates` attribute.
+                # CF point lists name their keys in the `coordinates` attribute; text labels
+                # (station_name) named there too are payload, not keys.
                 cf = next((str(allvars[v].getncattr("coordinates")).split() for v in chosen
                            if "coordinates" in allvars[v].ncattrs()), [])
+                cf = [c for c in cf if not (c in allvars and _is_string(allvars[c]))]
                 if cf and all(c in allvars and allvars[c].dimensions == dims and _is_numeric(allvars[c])
                               for c in cf):
                     key_names = cf
@@ -199,15 +207,20 @@ class NetCDFBackend:
                     ct = time_decode.get(k)
                     typ = ct.field_type() if ct else pa.from_numpy_dtype(self._dtype(ds, path, k))
                 else:
-                    dim = k if k in dims else v.dimensions[0]
-                    axis = dims.index(dim)
+                    # A variable on some of the dimensions (a coordinate, lat2d(y, x) of a
+                    # curvilinear grid), read whole and broadcast over the others.
                     if v is not None:
                         vals, typ = self._coordinate(v, path, k, time_decode.get(k))
+                        axes = [dims.index(d) for d in v.dimensions]
+                        if vals.ndim > 1:
+                            vals = np.transpose(vals, np.argsort(axes))
+                        axes = sorted(axes)
                     else:
-                        vals = np.arange(shape[axis], dtype=np.int64)
+                        axes = [dims.index(k)]
+                        vals = np.arange(shape[axes[0]], dtype=np.int64)
                         typ = pa.int64()
                     coords[k] = vals
-                    key_kind[k] = ("coord", axis)
+                    key_kind[k] = ("coord", tuple(axes))
                 ct = time_decode.get(k)
                 fields.append(pa.field(k, typ, metadata=ct.metadata(typ) if ct else None))
             for n in chosen:
@@ -301,11 +314,16 @@ class _SlabPlan:
         for k, f in zip(self.key_names, self.schema):
             kind = self.key_kind[k]
             if kind[0] == "coord":
-                axis = kind[1]
-                vals = self.coords[k][a:b] if axis == 0 else self.coords[k]
-                rep = int(np.prod(sub[axis + 1:])) if axis + 1 < len(sub) else 1
-                tile = int(np.prod(sub[:axis])) if axis > 0 else 1
-                col = np.tile(np.repeat(vals, rep), tile)
+                axes = kind[1]
+                vals = self.coords[k][a:b] if axes[0] == 0 else self.coords[k]
+                if len(axes) == 1:
+                    axis = axes[0]
+                    rep = int(np.prod(sub[axis + 1:])) if axis + 1 < len(sub) else 1
+                    tile = int(np.prod(sub[:axis])) if axis > 0 else 1
+                    col = np.tile(np.repeat(vals, rep), tile)
+                else:
+                    shape_b = [sub[i] if i in axes else 1 for i in range(len(sub))]
+                    col = np.broadcast_to(vals.reshape(shape_b), sub).reshape(n)
                 if col.dtype.kind == "f" and not pa.types.is_floating(f.type):
                     cols.append(pa.array(np.where(np.isnan(col), 0, col).astype(np.int64), mask=np.isnan(col))
                                 .cast(f.type))

@@ -244,3 +244,56 @@ def test_groups_file_says_groups_are_not_read(tmp_path, capsys):
     rc, so, se = run_cli(capsys, "cgm", path, path, "--local", "-o", tmp_path / "o.parquet")
     assert rc == 2 and "groups" in se and "forecast" in se and len(se.strip().splitlines()) == 1
     assert not os.path.exists(tmp_path / "o.parquet")
+
+
+def test_curvilinear_2d_keys_broadcast_by_dimension_name(tmp_path, capsys):
+    """lat2d(y, x) and a lon2d written as (x, y) are keys of a (time, y, x) field."""
+    def curv(path, order):
+        with netCDF4.Dataset(path, "w") as ds:
+            for d, n in (("time", 2), ("y", 3), ("x", 4)):
+                ds.createDimension(d, n)
+            t = ds.createVariable("time", "f8", ("time",))
+            t.units = "hours since 2000-01-01"
+            t[:] = [0, 6]
+            ds.createVariable("lat2d", "f4", ("y", "x"))[:] = np.arange(12).reshape(3, 4)
+            ds.createVariable("lon2d", "f4", ("x", "y"))[:] = 100 + np.arange(12).reshape(4, 3)
+            v = ds.createVariable("p", "f4", order)
+            v.coordinates = "lat2d lon2d"
+            field = np.arange(24, dtype="f4").reshape(2, 3, 4)
+            v[:] = np.transpose(field, [("time", "y", "x").index(d) for d in order])
+        return str(path)
+
+    a = curv(tmp_path / "a.nc", ("time", "y", "x"))
+    t = pa.Table.from_batches(list(open_input(a, keys=["time", "lat2d", "lon2d"]).batches()))
+    # record (time 0, y 0, x 1): lat2d[0, 1] = 1, lon2d[x=1, y=0] = 103
+    assert t.slice(1, 1).to_pylist()[0]["lat2d"] == 1.0 and t.slice(1, 1).to_pylist()[0]["lon2d"] == 103.0
+    b = curv(tmp_path / "b.nc", ("time", "x", "y"))
+    out = tmp_path / "o.parquet"
+    rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "time,lat2d,lon2d", "--local", "-o", out, "--json")
+    assert rc == 0, se
+    o = pq.read_table(out)
+    assert json.loads(so)["matched"] == 24 and o["p"].to_pylist() == o["p_b"].to_pylist()
+
+
+def test_default_choice_skips_bounds_and_text_labels(tmp_path):
+    """lat_bnds(y, x, nv) is not data; `coordinates = "time lat lon station_name"` keys on the
+    numeric names and leaves the text label out of the keys."""
+    path = str(tmp_path / "s.nc")
+    with netCDF4.Dataset(path, "w") as ds:
+        for d, n in (("station", 3), ("strlen", 6), ("nv", 2)):
+            ds.createDimension(d, n)
+        t = ds.createVariable("time", "f8", ("station",))
+        t.units = "hours since 2000-01-01"
+        t[:] = [0, 1, 2]
+        lat = ds.createVariable("lat", "f4", ("station",))
+        lat.bounds = "lat_bnds"
+        lat[:] = [1, 2, 3]
+        ds.createVariable("lat_bnds", "f4", ("station", "nv"))[:] = np.zeros((3, 2))
+        ds.createVariable("lon", "f4", ("station",))[:] = [4, 5, 6]
+        ds.createVariable("station_name", "S1", ("station", "strlen"))[:] = netCDF4.stringtochar(
+            np.array(["A", "B", "C"], dtype="S6"))
+        p = ds.createVariable("p", "f4", ("station",))
+        p.coordinates = "time lat lon station_name"
+        p[:] = [7, 8, 9]
+    src = open_input(path)
+    assert src.keys == ("time", "lat", "lon") and src.grid.variables == ("p",)
