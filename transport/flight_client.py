@@ -85,7 +85,7 @@ class IndexClient:
             except _TRANSIENT as e:
                 tls = _tls_problem(e)
                 if tls:
-                    raise UsageError(f"{self.url}: TLS handshake failed: {tls}") from None
+                    raise InputError(f"{self.url}: TLS handshake failed: {tls}") from None
                 if attempt == self.retries:
                     raise InputError(f"{self.url}: server unavailable after {self.retries + 1} attempts "
                                      f"({_first_line(e)}); is `smerge serve` running there?") from None

@@ -151,20 +151,32 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-class _AuthFactory(flight.ServerMiddlewareFactory):
-    """Checks ``authorization: Bearer <token>`` on every call (constant-time comparison)."""
+_UNSUPPORTED = {flight.FlightMethod.GET_SCHEMA: "get_schema", flight.FlightMethod.DO_PUT: "do_put",
+                flight.FlightMethod.DO_EXCHANGE: "do_exchange"}
 
-    def __init__(self, token: str):
-        check_token(token)
-        self._expected = f"Bearer {token}".encode()
+
+class _AuthFactory(flight.ServerMiddlewareFactory):
+    """Checks ``authorization: Bearer <token>`` on every call (constant-time comparison) when
+    given a token, then refuses the Flight methods the server does not offer in one line (here,
+    before the handler: pyarrow would append a Python traceback to a get_schema error)."""
+
+    def __init__(self, token: str | None):
+        self._expected = f"Bearer {check_token(token)}".encode() if token is not None else None
 
     def start_call(self, info, headers):
-        for v in headers.get("authorization", []):
-            got = v.encode() if isinstance(v, str) else bytes(v)
-            if hmac.compare_digest(got, self._expected):
-                return None
-        raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the server's token "
-                                                "(--token-file)")
+        if self._expected is not None:
+            ok = False
+            for v in headers.get("authorization", []):
+                got = v.encode() if isinstance(v, str) else bytes(v)
+                ok |= hmac.compare_digest(got, self._expected)
+            if not ok:
+                raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the server's token "
+                                                        "(--token-file)")
+        name = _UNSUPPORTED.get(info.method)
+        if name is not None:
+            raise flight.FlightServerError(f"{name} is not supported by the smerge index server; use do_get, "
+                                           "do_action (info, health) or get_flight_info", extra_info=INVALID_ARGUMENT)
+        return None
 
 
 class IndexServer(flight.FlightServerBase):
@@ -195,7 +207,7 @@ class IndexServer(flight.FlightServerBase):
         try:
             ctx = _tls_context(tls_cert, tls_key, self._workdir) if self.tls else None
             sock = os.path.join(self._workdir, "flight.sock")
-            middleware = {"auth": _AuthFactory(token)} if token else None
+            middleware = {"auth": _AuthFactory(token)}
             try:
                 super().__init__(flight.Location.for_grpc_unix(sock), middleware=middleware)
             except (OSError, pa.ArrowException) as e:
@@ -328,20 +340,6 @@ class IndexServer(flight.FlightServerBase):
         if not large:
             return flight.RecordBatchStream(table)
         return flight.GeneratorStream(table.schema, _release_after(table, self._large_pages))
-
-    def _not_supported(self, what: str):
-        self._count(error=True)
-        raise flight.FlightServerError(f"{what} is not supported by the smerge index server; use do_get, "
-                                       "do_action (info, health) or get_flight_info", extra_info=INVALID_ARGUMENT)
-
-    def get_schema(self, context, descriptor):
-        self._not_supported("get_schema")
-
-    def do_put(self, context, descriptor, reader, writer):
-        self._not_supported("do_put")
-
-    def do_exchange(self, context, descriptor, reader, writer):
-        self._not_supported("do_exchange")
 
     @_flight_errors
     def do_action(self, context, action):
