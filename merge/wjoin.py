@@ -411,8 +411,18 @@ def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
         v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
         return _mix(v.view(np.uint64))
     if kind == "time":
-        v = pc.cast(pc.cast(col, pa.timestamp("ns")), pa.int64()).fill_null(0).to_numpy(zero_copy_only=False)
-        return _mix(v.astype(np.int64).view(np.uint64))
+        # (seconds, nanoseconds within the second) from the column's own unit: equal instants
+        # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
+        t = col.type
+        if pa.types.is_date32(t):
+            col = pc.cast(col, pa.timestamp("s"))
+        elif pa.types.is_date64(t):
+            col = pc.cast(col, pa.timestamp("ms"))
+        per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
+        v = pc.cast(col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        sec, sub = np.divmod(v, np.int64(per_s))
+        sub = sub * np.int64(10**9 // per_s)
+        return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))
     import pandas as pd
 
     v = pc.cast(col, pa.string()).to_numpy(zero_copy_only=False)

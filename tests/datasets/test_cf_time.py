@@ -217,3 +217,14 @@ def test_wjoin_old_standard_dates_are_not_wrapped(tmp_path, capsys):
     years = {x.year for c in t.column_names if c.startswith("time") or c.endswith("time")
              for x in t[c].to_pylist()}
     assert years == {49}
+
+
+def test_wjoin_equality_on_old_times_hashes_without_overflow(tmp_path, capsys):
+    s1 = time_file(tmp_path / "s1.nc", [0.0, 1.0, 2.0], "days since 0049-09-01", "proleptic_gregorian")
+    s2 = time_file(tmp_path / "s2.nc", [24.0, 48.0, 60.0], "hours since 0049-09-01", "proleptic_gregorian")
+    out = tmp_path / "o.parquet"
+    rc, so, se = run_cli(capsys, "wjoin", s1, s2, "--time", "time", "--window", "1d", "--on", "time",
+                         "--method", "hash", "--local", "-o", out)
+    assert rc == 0, se
+    t = pq.read_table(out)
+    assert sorted(str(x) for x in t["S1_time"].to_pylist()) == ["0049-09-02 00:00:00", "0049-09-03 00:00:00"]
