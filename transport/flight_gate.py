@@ -220,8 +220,18 @@ class Gate:
         self.abort_all()
         self._stop_loop()
 
+    async def _cancel_tasks(self) -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def _stop_loop(self) -> None:
         if self._loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(self._cancel_tasks(), self._loop).result(5)
+            except Exception:  # noqa: BLE001 - best effort: the loop stops anyway
+                pass
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(5)
         if not self._loop.is_running() and not self._loop.is_closed():
