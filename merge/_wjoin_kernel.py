@@ -90,17 +90,12 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @nb.njit(cache=True)
-def _chain_probe(hashes, mask, order, h, times, lo, hi, pe):
+def _chain_probe(hashes, mask, order, h, times, lo, hi, pe, slot_h, slot_head, prv, inserted):
     """HW-join probe, in one compiled pass: probes are taken in order of ``pe`` (``order``); before
     a probe, the stream's records below its ``pe`` are inserted into an open-addressing table
     (hash -> newest position) whose positions link to the previous one of the same hash, so
     each bucket is a newest-first chain of exactly the records that arrived before the probing
     record. The walk stops at the first record before the period start ``lo``."""
-    cap = mask + 1
-    slot_h = np.zeros(cap, np.uint64)
-    slot_head = np.full(cap, -1, np.int64)
-    prv = np.empty(hashes.shape[0], np.int64)
-    inserted = 0
     m = h.shape[0]
     ocap = max(16, 2 * m)
     out_parent = np.empty(ocap, np.int64)
@@ -141,7 +136,7 @@ def _chain_probe(hashes, mask, order, h, times, lo, hi, pe):
                 out_cand[total] = q
                 total += 1
             q = prv[q]
-    return out_parent[:total], out_cand[:total]
+    return out_parent[:total], out_cand[:total], inserted
 
 
 class BucketIndex:
@@ -159,11 +154,18 @@ class BucketIndex:
             cap *= 2
         self.mask = cap - 1
         self.hashes = np.ascontiguousarray(hashes, np.uint64)
+        # The chains persist between calls whose probes come later in arrival order (blocks of
+        # one arriving stream): records already inserted are not inserted again.
+        self._slot_h = np.zeros(cap, np.uint64)
+        self._slot_head = np.full(cap, -1, np.int64)
+        self._prv = np.empty(n, np.int64)
+        self._inserted = 0
 
     def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
               pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
-        among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``)."""
+        among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``). Successive
+        calls on one index must come in arrival order (every ``pe`` >= the last call's)."""
         if self.hashes.shape[0] == 0 or h.shape[0] == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         pe = np.ascontiguousarray(pe, np.int64)
@@ -171,5 +173,10 @@ class BucketIndex:
             order = np.argsort(pe, kind="stable").astype(np.int64)
         else:
             order = np.arange(pe.shape[0], dtype=np.int64)
-        return _chain_probe(self.hashes, self.mask, order, np.ascontiguousarray(h, np.uint64), times,
-                            np.ascontiguousarray(lo, times.dtype), np.ascontiguousarray(hi, times.dtype), pe)
+        if pe.shape[0] and int(pe.min()) < self._inserted:
+            raise ValueError("BucketIndex.probe: probes must not precede those of an earlier call")
+        parent, cand, self._inserted = _chain_probe(
+            self.hashes, self.mask, order, np.ascontiguousarray(h, np.uint64), times,
+            np.ascontiguousarray(lo, times.dtype), np.ascontiguousarray(hi, times.dtype), pe,
+            self._slot_h, self._slot_head, self._prv, self._inserted)
+        return parent, cand

@@ -40,6 +40,8 @@ from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
 
 DEFAULT_OUTPUT_ROWS = 65536
+SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arrivals is halved
+MAX_PARTIAL_TUPLES = 32_000_000  # one arrival's enumerated candidates at one level: ~0.25 GB per index array
 METHODS = ("auto", "hash", "nested-loop")
 _UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
              "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
@@ -205,6 +207,7 @@ class WJoinStats:
     peak_buffered_total: int = 0
     peak_held: list[int] = field(default_factory=list)
     chunks: int = 0
+    block_splits: int = 0  # blocks of arrivals halved to bound the partial tuples held at once
     join_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
 
@@ -214,7 +217,7 @@ class WJoinStats:
             "algorithm": "wjoin", "method": self.method, "streams": len(a), "tuples": self.tuples,
             "records_read": dict(zip(a, self.records_read)), "peak_buffered": dict(zip(a, self.peak_buffered)),
             "peak_buffered_total": self.peak_buffered_total, "peak_held": dict(zip(a, self.peak_held)),
-            "chunks": self.chunks, "join_seconds": self.join_seconds,
+            "chunks": self.chunks, "block_splits": self.block_splits, "join_seconds": self.join_seconds,
         }
         d.update(self.extra)
         return d
@@ -282,6 +285,7 @@ class _Plan:
     out_schema: pa.Schema
     out_names: list[list[tuple[str, str]]]  # per stream: (column, output name)
     id_names: list[str]
+    aliases: tuple[str, ...] = ()
 
 
 def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams) -> _Plan:
@@ -328,8 +332,12 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams) -> _Plan:
         while len(order) < n - 1:
             rest = [j for j in range(n) if j not in bound]
             def score(j):
+                # Prefer a stream an equality links to the bound ones (a hash probe), then the
+                # nearest in time, then the one that closes the most conjuncts.
                 closes = sum(1 for s in sets if j in s and s <= set(bound) | {j})
-                return (min(dist[b, j] for b in bound), -closes, j)
+                linked = any(j in s and s <= set(bound) | {j} and X.equality_terms(c) is not None
+                             for c, s in zip(conj, sets))
+                return (not linked, min(dist[b, j] for b in bound), -closes, j)
             j = min(rest, key=score)
             order.append(j)
             bound.append(j)
@@ -359,7 +367,7 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams) -> _Plan:
             out_fields.append(pa.field(nm, pa.int64()))
     return _Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
                  orders=orders, level_conj=level_conj, out_schema=pa.schema(out_fields), out_names=out_names,
-                 id_names=id_names)
+                 id_names=id_names, aliases=tuple(params.aliases))
 
 
 def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
@@ -569,7 +577,9 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
 
 
 def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
-           output_rows: int, trace: list | None = None) -> list[pa.RecordBatch]:
+           output_rows: int, trace: list | None = None) -> Iterator[pa.RecordBatch]:
+    """The output of one chunk of arrivals, block by block; the buffers and the purge pointers
+    are updated when the generator is exhausted (the caller drains it before the next chunk)."""
     n = plan.n
     stats.chunks += 1
     comb_tab, comb_t, comb_h, comb_row, base = [], [], [], [], np.zeros(n, np.int64)
@@ -598,31 +608,52 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
     if plan.dtype is np.float64:
         scale = max(float(np.max(np.abs(T))) if T.shape[0] else 0.0, float(np.max(plan.dist)))
         slack = 1e-12 * max(scale, 1.0)
-    buckets: list[BucketIndex | None] = [None] * n
-    groups = []
-    for i in range(n):
-        sel = np.flatnonzero(arr_s == i)
-        if sel.shape[0] == 0:
+    buckets: dict = {}
+    pair_buckets: dict = {}
+    # Arrivals in blocks, in arrival order: partial tuples of different arrivals never meet, so
+    # a block bounds the intermediate results and the output held at once by what its arrivals
+    # form. A chunk is one block unless a level of it would exceed SPLIT_TUPLES partial tuples:
+    # then the block is halved (and the hash chains rebuilt), down to single arrivals.
+    todo = [(0, arr_s.shape[0])]
+    while todo:
+        a0, a1 = todo.pop()
+        groups = []
+        try:
+            for i in range(n):
+                sel = a0 + np.flatnonzero(arr_s[a0:a1] == i)
+                if sel.shape[0] == 0:
+                    continue
+                res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack, pair_buckets,
+                              can_split=a1 - a0 > 1)
+                if res is not None:
+                    groups.append(res)
+        except _Split as e:
+            # Blocks sized from what this one would have formed; the hash chains restart once
+            # (later blocks come later in arrival order and extend them).
+            buckets.clear()
+            pair_buckets.clear()
+            size = max(1, min((a1 - a0) // 2, int((a1 - a0) * SPLIT_TUPLES / (2 * max(e.args[0], 1)))))
+            todo += [(b, min(b + size, a1)) for b in reversed(range(a0, a1, size))]
+            stats.block_splits += 1
             continue
-        res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack)
-        if res is not None:
-            groups.append(res)
-    batches: list[pa.RecordBatch] = []
-    if groups:
+        if not groups:
+            continue
         a_idx = np.concatenate([g[0] for g in groups])
         members = [np.concatenate([g[1][j] for g in groups]) for j in range(n)]
-        if a_idx.shape[0]:
-            o = np.lexsort(tuple(members[j] for j in reversed(range(n))) + (a_idx,))
-            members = [m[o] for m in members]
-            cols = []
-            for j in range(n):
-                idx = pa.array(members[j])
-                for c, _ in plan.out_names[j]:
-                    cols.append(comb_tab[j].column(c).take(idx))
-            for j in range(len(plan.id_names)):
-                cols.append(pa.array(comb_row[j][members[j]]))
-            table = pa.Table.from_arrays(cols, schema=plan.out_schema)
-            batches = table.to_batches(max_chunksize=output_rows)
+        if not a_idx.shape[0]:
+            continue
+        o = np.lexsort(tuple(members[j] for j in reversed(range(n))) + (a_idx,))
+        members = [m[o] for m in members]
+        cols = []
+        for j in range(n):
+            idx = pa.array(members[j])
+            for c, _ in plan.out_names[j]:
+                cols.append(comb_tab[j].column(c).take(idx))
+        for j in range(len(plan.id_names)):
+            cols.append(pa.array(comb_row[j][members[j]]))
+        table = pa.Table.from_arrays(cols, schema=plan.out_schema)
+        for batch in table.to_batches(max_chunksize=output_rows):
+            yield batch
     # purge rule, replayed arrival by arrival
     offsets = np.zeros(n + 1, np.int64)
     offsets[1:] = np.cumsum([c.shape[0] for c in comb_t])
@@ -647,11 +678,46 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
         s.buf_t, s.buf_h, s.buf_row = comb_t[i][p:], comb_h[i][p:], comb_row[i][p:]
         s.pend = s.pend.slice(k)
         s.pend_t, s.pend_h, s.pend_row = s.pend_t[k:], s.pend_h[k:], s.pend_row[k:]
-    return batches
 
 
-def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack):
-    """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream)."""
+def _pair_probe(plan: _Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) -> list[tuple[X.Col, X.Col]]:
+    """Equality conjuncts ``Sj.x == Sb.y`` (b already bound) usable as hash probes into stream
+    j, as (column of j, column of b) pairs in a fixed order."""
+    out = []
+    for c in conjs:
+        eq = X.equality_terms(c)
+        if not eq:
+            continue
+        l, r = eq
+        if l.stream == j and r.stream in bound:
+            out.append((l, r))
+        elif r.stream == j and l.stream in bound:
+            out.append((r, l))
+    return sorted(out, key=lambda p: (p[0].name, p[1].stream, p[1].name))
+
+
+def _too_large(plan: _Plan, i: int, j: int, bound: list[int], total: int) -> UsageError:
+    windows = ", ".join(f"{plan.aliases[b]},{plan.aliases[j]} <= {plan.wmat[b, j]:g}" for b in bound
+                        if np.isfinite(plan.wmat[b, j])) or "none direct (a chain of windows)"
+    return UsageError(
+        f"wjoin: stream {plan.aliases[j]} would give {total:,} partial tuples for one {plan.aliases[i]} "
+        f"arrival (limit {MAX_PARTIAL_TUPLES:,}); its window bounds ({windows}) hold too many records and no "
+        f"equality links it to {', '.join(plan.aliases[b] for b in bound)}: narrow the window or add an "
+        f"equality such as {plan.aliases[j]}.col = {plan.aliases[bound[0]]}.col to --where")
+
+
+class _Split(Exception):
+    """A block of arrivals would form too many partial tuples at once: halve it."""
+
+
+def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack,
+            pair_buckets: dict | None = None, can_split: bool = False):
+    """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream).
+
+    Each level binds one more stream j: the HW-join probes the full equality class's hash
+    chains; otherwise an equality conjunct between j and a bound stream becomes a hash probe
+    (``_pair_probe``), and only without one are the time ranges enumerated. Every conjunct is
+    applied as soon as the streams it names are bound."""
     n = plan.n
     a_idx = sel
     mem: dict[int, np.ndarray] = {i: arr_pos[sel]}
@@ -687,14 +753,33 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             l_, h_ = tim[b] - d - slack, tim[b] + d + slack
             lo = l_ if lo is None else np.maximum(lo, l_)
             hi = h_ if hi is None else np.minimum(hi, h_)
+        probes = [] if hashed or pair_buckets is None else _pair_probe(plan, j, bound, plan.level_conj[i][lvl])
         if hashed:
-            if buckets[j] is None:
-                buckets[j] = BucketIndex(comb_h[j])
-            parent, cand = buckets[j].probe(h, comb_t[j], lo, hi, pe[j][a_idx])
+            # One index per (arriving stream, probed stream): its chains grow block by block.
+            if (i, j) not in buckets:
+                buckets[(i, j)] = BucketIndex(comb_h[j])
+            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx])
+        elif probes:
+            key = (i, j, tuple(p[0].name for p in probes))
+            if key not in pair_buckets:
+                pair_buckets[key] = BucketIndex(_hash_terms(comb_tab[j], [p[0] for p in probes]))
+            hp = np.zeros(a_idx.shape[0], np.uint64)
+            with np.errstate(over="ignore"):
+                for cj, cb in probes:
+                    col = comb_tab[cb.stream].column(cb.name).take(pa.array(mem[cb.stream]))
+                    hp = _mix(hp * np.uint64(31) + _hash_column(col, cj.kind))
+            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx])
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
             end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
+            total = int(np.maximum(end - start, 0).sum())
+            if total > SPLIT_TUPLES and can_split:
+                raise _Split(total)
+            if total > MAX_PARTIAL_TUPLES:
+                raise _too_large(plan, i, j, bound, total)
             parent, cand = expand_ranges(start, end)
+        if parent.shape[0] > SPLIT_TUPLES and can_split:
+            raise _Split(parent.shape[0])
         a_idx = a_idx[parent]
         for kk in mem:
             mem[kk] = mem[kk][parent]
