@@ -42,7 +42,9 @@ class ParquetBackend:
                 groups = list(range(first, min(last, len(group_starts) - 1)))
                 if not groups:
                     return
-                it = pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns, row_groups=groups)
+                # pre_buffer=False: pyarrow 26 pre-buffers by default, which held a whole 8M-row file.
+                it = pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
+                                                                       row_groups=groups)
                 base = group_starts[first]
                 yield from sliced(it, start - base, None if stop is None else stop - base, schema)
             except (OSError, pa.ArrowException) as e:
