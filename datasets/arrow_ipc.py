@@ -22,7 +22,9 @@ class ArrowIPCBackend:
 
     @staticmethod
     def _batches(path: str) -> Iterator[pa.RecordBatch]:
-        with pa.memory_map(path) as src:
+        # Buffered reads, not a memory map: mapped pages of the whole file count in the process's
+        # resident memory as the run goes on (659 MB at 8M records against 262 MB at 1M).
+        with pa.OSFile(path, "rb") as src:
             try:
                 reader = pa.ipc.open_file(src)
                 for i in range(reader.num_record_batches):
