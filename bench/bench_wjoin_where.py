@@ -112,7 +112,7 @@ def main(argv=None) -> int:
 
 
 def write_section(a, rows) -> None:
-    lines = [f"Machine: {common.machine_markdown()}.", "",
+    lines = ["Machine:", "", common.machine_markdown(), "",
              f"Station-like streams of {a.records:,} reports each (400 stations, two days, sorted times, a "
              "temperature T); the W-join plans the `--where` equalities as hash probes and applies the band "
              "conjunct as soon as its streams are bound. DuckDB runs the equivalent SQL (2 threads) over the "
