@@ -109,6 +109,31 @@ def make_job(j: dict[str, Any]):
     )
 
 
+def check_batch_paths(jobs: list[dict[str, Any]], summary_path: str) -> None:
+    """Before any job runs: no two outputs of the file (outputs, unmatched files, stats, the
+    summary) share a real path or lie inside a folder output, and no output of a job is an
+    input of any job (``smerge.datasets.outputs.check_distinct``; exit 2). A job whose options
+    are bad is left to fail on its own when it runs."""
+    from smerge.datasets.outputs import check_distinct
+    from smerge.datasets.writers import is_dataset_path
+
+    inputs: list[str] = []
+    outputs: list[tuple[str, str, bool]] = []
+    for j in jobs:
+        try:
+            cj = make_job(j)
+        except SmergeError:
+            continue
+        inputs += [cj.a, cj.b]
+        who = f"job {j['name']!r}"
+        outputs.append((f"{who} output", cj.output, is_dataset_path(cj.output, cj.format)))
+        if cj.unmatched:
+            outputs += [(f"{who} unmatched", f"{cj.unmatched}.{s}.parquet", False) for s in ("a", "b")]
+        outputs.append((f"{who} stats", cj.stats, False))
+    outputs.append(("--summary", summary_path, False))
+    check_distinct(inputs, outputs)
+
+
 @app.command("batch")
 def batch(
     jobs_file: Annotated[str, typer.Argument(help="TOML file with [spark], [defaults] and [[job]] tables.")],
@@ -126,6 +151,8 @@ def batch(
 
     def body() -> int:
         spark_cfg, jobs = load_jobs(jobs_file)
+        summary_path = summary or f"{os.path.splitext(jobs_file)[0]}.summary.json"
+        check_batch_paths(jobs, summary_path)
         file_conf = spark_cfg.get("conf", {})
         if not isinstance(file_conf, dict):
             raise UsageError(f"{jobs_file}: [spark] conf must be a table of KEY = \"VALUE\"")
@@ -186,7 +213,7 @@ def batch(
                "failed": sum(r["status"] == "failed" for r in records), "exit_code": code}
         from smerge.jobs import write_stats
 
-        write_stats(summary or f"{os.path.splitext(jobs_file)[0]}.summary.json", doc)
+        write_stats(summary_path, doc)
         for r in records:  # one stderr line per failed job, also with --json
             if r["status"] == "failed":
                 typer.echo(f"smerge batch: job {r['name']} failed: {r['error']}", err=True)

@@ -30,6 +30,7 @@ def gen(
         import os
 
         from smerge.datasets import check_output_path, format_for, open_output
+        from smerge.datasets.outputs import make_temp_file
         from smerge.datasets.gen import GenParams, generate, write_netcdf
         from smerge.errors import UsageError
 
@@ -40,9 +41,9 @@ def gen(
         p = GenParams(records=records, randomize=randomize, displacement=displacement, jitter=jitter, seed=seed,
                       nlat=nlat, nlon=nlon, variables=split_list(variables) or ("p",))
         fmt = format_for(out)
-        check_output_path(out, overwrite=overwrite)
+        check_output_path(out, overwrite=overwrite, fmt=fmt)
         if fmt == "netcdf":
-            tmp = os.path.join(os.path.dirname(os.path.abspath(out)), f".{os.path.basename(out)}.smerge-tmp-{os.getpid()}")
+            tmp = make_temp_file(out)  # owner-tagged, 0666 minus the umask
             try:
                 write_netcdf(tmp, p)
                 os.replace(tmp, out)

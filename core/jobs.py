@@ -17,8 +17,10 @@ from typing import Callable, Mapping
 
 import pyarrow as pa
 
-from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
-from smerge.errors import MissingKeyError, OutputError, SmergeError, UsageError
+from smerge.datasets import InputSource, format_for, open_input, open_output
+from smerge.datasets.outputs import check_distinct, check_target, make_temp_file
+from smerge.datasets.writers import DATASET_FORMAT
+from smerge.errors import MissingKeyError, SmergeError, UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
 from smerge.merge.keys import check_key_compat, key_eps, with_keys
 from smerge.merge.output import b_output_names, pair_schema
@@ -83,43 +85,40 @@ def default_output(a: str, b: str) -> str:
 
 
 def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str, str] | None]:
-    """Validate a run's outputs before anything is read: format, existence, writability, and
-    that no output is an input. Returns the output format and the unmatched paths (or None).
+    """Validate a run's outputs before anything is read: format, and the output rule of
+    ``smerge.datasets.outputs`` for each of -o, --unmatched and --stats (see ``check_run_outputs``).
+    Returns the output format and the unmatched paths (or None).
 
     ``job`` needs ``a``, ``b``, ``format``, ``overwrite``, ``unmatched`` and ``stats``.
     """
     fmt = format_for(output, job.format)
     if fmt == "netcdf" and src_a.grid is None:
         raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
-    check_output_path(output, overwrite=job.overwrite)
     unmatched = None
     if job.unmatched:
         unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-        for p in unmatched:
-            check_output_path(p, overwrite=job.overwrite)
-    if job.stats:
-        check_output_path(job.stats, overwrite=True)
-    outs = [("-o", output)] + [("--unmatched", u) for u in (unmatched or ())] + (
-        [("--stats", job.stats)] if job.stats else [])
-    check_distinct_paths([job.a, job.b], outs)
+    outs = [("-o", output, fmt == DATASET_FORMAT)] + [("--unmatched", u, False) for u in (unmatched or ())] + (
+        [("--stats", job.stats, False)] if job.stats else [])
+    check_run_outputs([job.a, job.b], outs, overwrite=job.overwrite)
     return fmt, unmatched
 
 
-def check_distinct_paths(inputs, outputs: list[tuple[str, str]]) -> None:
-    """Exit 2 when an output path is an input or another output of the run (nothing would be
-    left of the input, or one output would replace another)."""
-    def norm(p: str) -> str:
-        return os.path.realpath(p[len("file://"):] if p.startswith("file://") else p)
+def check_run_outputs(inputs, outputs: list[tuple[str, str, bool]], *, overwrite: bool) -> None:
+    """The output rule for every output of one run, before anything is written (exit 2):
+    distinct real paths, none an input or inside a folder output (``check_distinct_paths``),
+    then for each one ``smerge.datasets.outputs.check_target`` (exists without ``overwrite``;
+    with it only a file or a folder smerge wrote, never one holding an input).
+    ``outputs``: (option, path, is a folder)."""
+    check_distinct_paths(inputs, outputs)
+    for opt, path, folder in outputs:
+        check_target(path, overwrite=overwrite, folder=folder, inputs=inputs, opt=opt)
 
-    local_inputs = {norm(p) for p in inputs if p is not None and ("://" not in p or p.startswith("file://"))}
-    seen: dict[str, str] = {}
-    for opt, path in outputs:
-        n = norm(path)
-        if n in local_inputs:
-            raise OutputError(f"{opt} {path!r} is also an input; choose another path")
-        if n in seen:
-            raise OutputError(f"{opt} {path!r} is also the path of {seen[n]}; give each output its own path")
-        seen[n] = opt
+
+def check_distinct_paths(inputs, outputs) -> None:
+    """Exit 2 when an output path is an input or another output of the run (nothing would be
+    left of the input, or one output would replace another), compared by real path.
+    ``outputs``: (option, path) or (option, path, is a folder)."""
+    check_distinct(inputs, [(o[0], o[1], bool(o[2]) if len(o) > 2 else False) for o in outputs])
 
 
 def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[InputSource, InputSource]:
@@ -225,12 +224,17 @@ def abort_outputs(outputs) -> None:
 
 
 def write_stats(path: str, stats: dict) -> None:
-    """Write the statistics JSON atomically."""
-    tmp = f"{path}.smerge-tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(stats, f, indent=2, sort_keys=False, default=float)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Write the statistics JSON atomically (owner-tagged temporary file, umask modes)."""
+    tmp = make_temp_file(path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(stats, f, indent=2, sort_keys=False, default=float)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
 
 
 def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
@@ -298,6 +302,6 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     return result
 
 
-__all__ = ["CGMJob", "PreparedMerge", "prepare", "open_inputs", "needs_spark_readers", "check_outputs", "check_distinct_paths", "run_local", "masked_stats", "open_outputs", "commit_outputs", "abort_outputs",
+__all__ = ["CGMJob", "PreparedMerge", "prepare", "open_inputs", "needs_spark_readers", "check_outputs", "check_distinct_paths", "check_run_outputs", "run_local", "masked_stats", "open_outputs", "commit_outputs", "abort_outputs",
            "write_stats", "default_output",
            "SmergeError", "Progress"]

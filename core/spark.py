@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -37,7 +38,8 @@ import pyarrow as pa
 from smerge.errors import InputError, KeyNaNError, OutputError, SmergeError, UsageError
 from smerge.jobs import PreparedMerge, masked_stats, open_outputs, write_stats
 from smerge.merge import MergeStats
-from smerge.datasets.writers import DATASET_FORMAT, replace_dir
+from smerge.datasets.outputs import host_tag, make_staging, mark_dataset, owner_pid_gone, replace_dir
+from smerge.datasets.writers import DATASET_FORMAT
 from smerge.spark_parquet import ParquetConcatError, concat_parquet
 from smerge.spark_tasks import (PART_KINDS, ChunkStats, MergePlan, SideSpec, _PartWriter, choose_bounds,
                                 coord_chunk_stats, key_columns, needed_runs, part_path, read_ipc_bytes,
@@ -72,7 +74,41 @@ def quiet_stderr(log_path: str):
 
 
 def spark_log_path() -> str:
-    return os.path.join(tempfile.gettempdir(), f"smerge-spark-{os.getpid()}.log")
+    """This process's Spark log: ``smerge-spark-<host>-<pid>.log`` in the temporary folder
+    (owner-tagged as ``smerge.datasets.outputs`` names temporary files)."""
+    return os.path.join(tempfile.gettempdir(), f"smerge-spark-{host_tag()}-{os.getpid()}.log")
+
+
+def remove_stale_logs() -> None:
+    """Remove the Spark logs of smerge processes that no longer run (this host, boot and pid
+    namespace; see ``smerge.datasets.outputs.owner_pid_gone``)."""
+    d = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(d) if n.startswith("smerge-spark-") and n.endswith(".log")]
+    except OSError:
+        return
+    boot = _boot_time()
+    for n in names:
+        path = os.path.join(d, n)
+        m = _LOG_RE.fullmatch(n)
+        with contextlib.suppress(OSError):
+            if m and owner_pid_gone(m.group(1), int(m.group(2))):
+                os.unlink(path)
+            elif boot and _OLD_LOG_RE.fullmatch(n) and os.stat(path).st_mtime < boot:
+                os.unlink(path)  # an untagged log of an older smerge, last written before this boot
+
+
+def _boot_time() -> float | None:
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    return None
+
+
+_LOG_RE = re.compile(r"smerge-spark-([0-9a-f]{10})-(\d+)\.log")
+_OLD_LOG_RE = re.compile(r"smerge-spark-\d+\.log")
 
 
 def under_spark_submit() -> bool:
@@ -105,6 +141,7 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
         defaults["spark.log.level"] = "ERROR"
     for k, v in {**defaults, **(conf or {})}.items():
         builder = builder.config(k, v)
+    remove_stale_logs()
     quiet = contextlib.nullcontext() if verbose else quiet_stderr(spark_log_path())
     try:
         with quiet:
@@ -593,11 +630,9 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
 
     # (2) the merge job: executors write the part files
     task_threads = _task_threads(own, sc, P)  # (a bad setting fails before anything is created)
-    out_abs = os.path.abspath(prep.output)
-    staging = os.path.join(os.path.dirname(out_abs), f".{os.path.basename(out_abs)}.smerge-spark-{uuid.uuid4().hex[:10]}")
+    staging = make_staging(prep.output, "spark")  # owner-tagged (leftovers of killed runs are swept), umask modes
     part_format = "parquet" if prep.output_format in ("parquet", DATASET_FORMAT) else "arrow"
     try:
-        os.makedirs(staging)
         for kind in PART_KINDS:
             os.makedirs(os.path.join(staging, kind))
     except OSError as e:
@@ -859,6 +894,7 @@ def _finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], s
                 for name in os.listdir(folder):  # leftovers of failed task attempts
                     if not name.endswith(".parquet"):
                         os.unlink(os.path.join(folder, name))
+                mark_dataset(folder)  # this folder becomes the dataset: smerge's marker in it
                 ready.append((folder, target, True))
                 continue
             tmp = os.path.join(plan.staging, f"{kind}.joined.parquet")
@@ -868,7 +904,7 @@ def _finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], s
         raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None
     for src, target, is_dir in ready:
         if is_dir:
-            replace_dir(src, target)
+            replace_dir(src, target)  # checks the replace rule again (marker or empty)
         else:
             os.replace(src, target)
 

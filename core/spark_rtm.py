@@ -37,13 +37,13 @@ import math
 import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, OutputError, SmergeError, UsageError
+from smerge.datasets.outputs import make_staging
 from smerge.jobs import abort_outputs, commit_outputs, masked_stats, open_outputs, write_stats
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
@@ -284,13 +284,7 @@ def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, 
     P = partitions or max(1, sc.defaultParallelism)
     ranges = plan_ranges(src_a.num_rows, src_a.inner_size, params.window_size, P)
     a_path = src_a.path if "://" in src_a.path else os.path.abspath(src_a.path)
-    out_dir = os.path.dirname(os.path.abspath(prep.output))
-    staging = os.path.join(out_dir, f".{os.path.basename(prep.output)}.smerge-rtm-{uuid.uuid4().hex[:10]}")
-    try:
-        os.makedirs(staging)
-    except OSError as e:
-        raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") \
-            from None
+    staging = make_staging(prep.output, "rtm")  # owner-tagged (leftovers of killed runs are swept), umask modes
     plan = RTMSparkPlan(a_path=a_path, source_a=job.a, keys_a=tuple(src_a.keys),
                         vars_a=tuple(job.vars_a) if job.vars_a else None, batch_rows=job.batch_rows,
                         schema_a=src_a.schema, schema_b=prep.src_b.schema, b_records=b_records, params=params,

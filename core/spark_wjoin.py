@@ -42,7 +42,6 @@ import glob
 import os
 import shutil
 import time
-import uuid
 from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
@@ -50,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, OutputError, SmergeError, UsageError
+from smerge.datasets.outputs import make_staging
 from smerge.jobs import write_stats
 from smerge.merge.wjoin import WJoinParams, WJoinStats, _hash_terms, _times, make_plan, wjoin
 
@@ -425,13 +425,7 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     hashed = eplan.hash_terms is not None
     P = partitions or max(1, sc.defaultParallelism)
     mode = "hash" if hashed else ("ranges" if P > 1 else "single")
-    out_dir = os.path.dirname(os.path.abspath(prep.output))
-    staging = os.path.join(out_dir, f".{os.path.basename(prep.output)}.smerge-wjoin-{uuid.uuid4().hex[:10]}")
-    try:
-        os.makedirs(staging)
-    except OSError as e:
-        raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") \
-            from None
+    staging = make_staging(prep.output, "wjoin")  # owner-tagged (leftovers of killed runs are swept), umask modes
     plan = WSparkPlan(streams=specs, params=params, partitions=P, staging=staging, mode=mode)
     split_seconds = 0.0
     try:

@@ -16,9 +16,10 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from smerge.datasets import InputSource, check_output_path, format_for, open_input, open_output
+from smerge.datasets import InputSource, format_for, open_input, open_output
+from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import UsageError
-from smerge.jobs import write_stats
+from smerge.jobs import check_run_outputs, write_stats
 from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
 from smerge.transport import Prefetcher
 
@@ -88,12 +89,8 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     fmt = format_for(output, job.format)
     if fmt == "netcdf":
         raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
-    check_output_path(output, overwrite=job.overwrite)
-    if job.stats:
-        check_output_path(job.stats, overwrite=True)
-    from smerge.jobs import check_distinct_paths
-
-    check_distinct_paths(job.inputs, [("-o", output)] + ([("--stats", job.stats)] if job.stats else []))
+    check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
+                      + ([("--stats", job.stats, False)] if job.stats else []), overwrite=job.overwrite)
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
                          out_schema=plan.out_schema)
 

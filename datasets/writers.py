@@ -2,18 +2,19 @@
 
 A writer writes to a hidden temporary file beside the target and renames it over the target
 only on ``commit()``; ``abort()`` (or an exception inside ``with``) removes it, so a failed run
-leaves no half-written output.
+leaves no half-written output. What may be replaced, temporary names and modes follow the one
+rule in ``smerge.datasets.outputs`` (a dataset folder carries its ``MARKER``).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
-from typing import Any
+from typing import Any, Iterable
 
 import pyarrow as pa
 
-from smerge.errors import OutputError, UsageError
+from smerge.datasets.outputs import MARKER, check_target, make_staging, make_temp_file, replace_dir  # noqa: F401
+from smerge.errors import UsageError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
            ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf"}
@@ -45,37 +46,21 @@ def format_for(path: str, fmt: str | None = None) -> str:
     return FORMATS[ext]
 
 
-def check_output_path(path: str, *, overwrite: bool) -> None:
-    """Fail early: the output exists without ``overwrite``, or its directory is not writable."""
-    if is_dataset_path(path):
-        if os.path.exists(path) and not os.path.isdir(path):
-            raise OutputError(f"output {path!r} is a file, not a dataset directory; choose another -o")
-        if os.path.exists(path) and not overwrite:
-            raise OutputError(f"output {path!r} already exists; pass --overwrite to replace it or choose another -o")
-        path = path.rstrip("/" + os.sep)
-    elif os.path.isdir(path):
-        raise OutputError(f"output {path!r} is a directory; name a file")
-    if os.path.exists(path) and not overwrite:
-        raise OutputError(f"output {path!r} already exists; pass --overwrite to replace it or choose another -o")
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise OutputError(f"output directory {d!r} does not exist; create it first")
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise OutputError(f"output directory {d!r} is not writable; choose another -o")
+def check_output_path(path: str, *, overwrite: bool, fmt: str | None = None, inputs: Iterable[str | None] = (),
+                      opt: str = "-o") -> None:
+    """Fail early (``OutputError``) unless ``path`` may be written: the rule of
+    ``smerge.datasets.outputs.check_target`` (exists without ``overwrite``, a folder smerge did
+    not write, an input, a missing or unwritable directory)."""
+    check_target(path, overwrite=overwrite, folder=is_dataset_path(path, fmt), inputs=inputs, opt=opt)
 
 
 class Output:
     """An atomic output file. Use as a context manager, or call ``commit()``/``abort()``."""
 
     def __init__(self, path: str, schema: pa.Schema, fmt: str, *, overwrite: bool = False, **options: Any):
-        check_output_path(path, overwrite=overwrite)
+        check_output_path(path, overwrite=overwrite, fmt=fmt)
         self.path, self.schema, self.format = path, schema, fmt
-        d = os.path.dirname(os.path.abspath(path))
-        try:
-            fd, self.tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".smerge-tmp", dir=d)
-        except OSError as e:
-            raise OutputError(f"cannot write in {d!r} ({e.strerror}); choose another -o") from None
-        os.close(fd)
+        self.tmp = make_temp_file(path)  # owner-tagged, 0666 minus the umask
         self.rows = 0
         self._done = False
         try:
@@ -124,21 +109,6 @@ class Output:
             self.abort()
 
 
-def replace_dir(staging: str, target: str) -> None:
-    """Move the finished directory ``staging`` to ``target`` (an existing one is replaced)."""
-    import shutil
-    import uuid
-
-    target = target.rstrip("/" + os.sep)
-    old = None
-    if os.path.lexists(target):
-        old = f"{target}.smerge-old-{uuid.uuid4().hex[:8]}"
-        os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 class DatasetOutput(Output):
     """A Parquet dataset directory (part files), written in a hidden staging directory beside
     the target and moved into place on ``commit()``. In-process runs write one part."""
@@ -147,13 +117,9 @@ class DatasetOutput(Output):
                  **options: Any):
         import shutil
 
-        check_output_path(path, overwrite=overwrite)
+        check_output_path(path, overwrite=overwrite, fmt=DATASET_FORMAT)
         self.path, self.schema, self.format = path.rstrip("/" + os.sep), schema, fmt
-        d = os.path.dirname(os.path.abspath(self.path))
-        try:
-            self.tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(self.path)}.", suffix=".smerge-tmp", dir=d)
-        except OSError as e:
-            raise OutputError(f"cannot write in {d!r} ({e.strerror}); choose another -o") from None
+        self.tmp = make_staging(self.path, "tmp", dataset=True)  # marker first; 0777 minus the umask
         self.rows = 0
         self._done = False
         try:

@@ -631,23 +631,19 @@ def build_index(src, directory: str, *, name: str | None = None, nan_keys: str =
                 overwrite: bool = False) -> BIndex:
     """Build and persist an index of ``src`` (an InputSource) under ``directory`` (atomically)."""
     import shutil
-    import tempfile
 
+    from smerge.datasets.outputs import check_target, make_staging, replace_dir
+
+    # the output rule of smerge.datasets.outputs: a marked staging folder, renamed into place
+    check_target(directory, overwrite=overwrite, folder=True, inputs=[src.path])
     directory = os.path.abspath(directory)
-    if os.path.exists(directory) and not overwrite and os.listdir(directory):
-        raise UsageError(f"{directory} exists and is not empty; choose another -o or pass --overwrite")
-    parent = os.path.dirname(directory)
-    if not os.path.isdir(parent):
-        raise UsageError(f"{parent}: no such directory for the index; create it first")
-    tmp = tempfile.mkdtemp(prefix=".smerge-index-", dir=parent)
+    tmp = make_staging(directory, "index", dataset=True)
     try:
         idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, directory=tmp)
         idx.tree.close()
         idx.tree = None
         idx.save(tmp)
-        if os.path.exists(directory):
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
+        replace_dir(tmp, directory)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from smerge.errors import InputError, KeyNaNError, UsageError
+from smerge.errors import InputError, KeyNaNError, OutputError, UsageError
 from smerge.index import BIndex, Box, build_index
 from smerge.datasets import open_input
 
@@ -152,7 +152,7 @@ def test_persisted_index_answers_identically_and_resumes_tokens(tmp_path):
     assert p1.rows.tolist() + p2.rows.tolist() == brute(k, [b], "range")[:200]
     assert all_pages(loaded, "range", [b], 77) == all_pages(mem, "range", [b], 77)
     assert loaded.take(p2.rows).equals(mem.take(p2.rows))
-    with pytest.raises(UsageError, match="not empty"):
+    with pytest.raises(OutputError, match="already exists"):
         build_index(src, str(tmp_path / "idx"))
     with pytest.raises(InputError, match="not an smerge index"):
         BIndex.load(str(tmp_path))

@@ -87,7 +87,8 @@ def test_gridded_inputs_are_planned_from_metadata_and_dataset_output(spark, tmp_
     st = run_cgm_spark(prepare(CGMJob(output=out, **base)), partitions=3, spark=spark)
     assert st["plan"] == {"a": "metadata", "b": "metadata"} and st["part_format"] == "parquet"
     files = sorted(os.listdir(tmp_path / "ds"))
-    assert files == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert files == [".smerge-dataset", "part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    files = files[1:]
     got = pa.concat_tables([pq.read_table(tmp_path / "ds" / f) for f in files])
     assert got.equals(want)
     # no staging folders left beside the output
@@ -99,7 +100,7 @@ def test_gridded_inputs_are_planned_from_metadata_and_dataset_output(spark, tmp_
     st = run_cgm_spark(prepare(CGMJob(output=str(tmp_path / "ds"), overwrite=True, format="parquet-dataset",
                                       **base)), partitions=1, spark=spark)
     assert st["plan"] == {"a": "none", "b": "none"}
-    assert os.listdir(tmp_path / "ds") == ["part-00000.parquet"]
+    assert sorted(os.listdir(tmp_path / "ds")) == [".smerge-dataset", "part-00000.parquet"]
     assert pq.read_table(tmp_path / "ds").equals(want)
 
 
@@ -115,7 +116,7 @@ def test_dataset_with_seam_pairs_and_unmatched_files(spark, tmp_path):
     ds = run_cgm_spark(prepare(CGMJob(output=str(tmp_path / "ds/"), unmatched=str(tmp_path / "u2"), **kw)),
                        partitions=4, spark=spark)
     assert one["plan"] == {"a": "scan", "b": "scan"} and one["seam_pairs"] > 0
-    files = sorted(os.listdir(tmp_path / "ds"))
+    files = sorted(os.listdir(tmp_path / "ds"))[1:]  # after the .smerge-dataset marker
     # P task parts plus the driver's part with the kept seam pairs, in order = the single file
     assert files == [f"part-{i:05d}.parquet" for i in range(5)]
     joined = pa.concat_tables([pq.read_table(tmp_path / "ds" / f) for f in files])
@@ -142,7 +143,7 @@ def test_cli_local_writes_a_dataset_folder(tmp_path, ncar_dir):
     a, b = storms(ncar_dir)
     r = CliRunner().invoke(app, ["cgm", a, b, "--eps", "0.01", "--local", "-o", str(tmp_path / "pt")])
     assert r.exit_code == 0, r.output
-    assert os.listdir(tmp_path / "pt") == ["part-00000.parquet"]
+    assert sorted(os.listdir(tmp_path / "pt")) == [".smerge-dataset", "part-00000.parquet"]
     assert pq.read_table(tmp_path / "pt").num_rows == 76032
     r = CliRunner().invoke(app, ["cgm", a, b, "--local", "-o", str(tmp_path / "pt")])
     assert r.exit_code == 2 and "--overwrite" in r.output
