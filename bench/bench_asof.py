@@ -1,0 +1,156 @@
+"""`smerge cgm --local` as a whole process beside polars and pandas as-of joins (issue 11).
+
+Data: A and B of N records each with one float64 key; A's keys are 0, 1, 2, ... plus noise of
++-0.1, B's the same keys plus +-0.01 jitter, each stream in arrival order with 2% of its records
+moved up to 1,000 positions (partially sorted, as the CGM expects); one float32 payload column.
+With eps = 0.05 every A record has exactly one B record within eps, so the three routes must
+find the same pairs (asserted: the same number of pairs and the same checksum of B's payload).
+
+Routes, each a fresh process timed from start to exit (imports included), Parquet in and out:
+- smerge: `smerge cgm A B --keys k --eps 0.05 --local -o out.parquet`;
+- polars: read both, sort, `join_asof(strategy="nearest", tolerance=0.05)`, drop the unmatched,
+  write;
+- pandas: the same with `merge_asof(direction="nearest", tolerance=0.05)`.
+Best of R interleaved runs each (a shared 2-core machine). Start-up cost is measured apart
+(`python -c "import smerge.cli.main"`, `import polars`, `import pandas`).
+
+Usage: .venv/bin/python bench/bench_asof.py [--records 3000000] [--repeat 3] [--write BENCHMARKS.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402 - bench/common.py
+
+PY = sys.executable
+EPS = 0.05
+
+POLARS = """
+import sys, polars as pl
+a = pl.read_parquet(sys.argv[1]).sort("k"); b = pl.read_parquet(sys.argv[2]).sort("k")
+o = a.join_asof(b.with_columns(pl.col("k").alias("k_b")), on="k", strategy="nearest", tolerance={eps}, suffix="_b")
+o = o.filter(pl.col("k_b").is_not_null())
+o.write_parquet(sys.argv[3])
+print(o.height, float(o["v_b"].cast(pl.Float64).sum()))
+"""
+PANDAS = """
+import sys, pandas as pd
+a = pd.read_parquet(sys.argv[1]).sort_values("k", kind="stable"); b = pd.read_parquet(sys.argv[2]).sort_values("k", kind="stable")
+b = b.assign(k_b=b["k"])
+o = pd.merge_asof(a, b, on="k", direction="nearest", tolerance={eps}, suffixes=("", "_b")).dropna(subset=["k_b"])
+o.to_parquet(sys.argv[3], index=False)
+print(len(o), float(o["v_b"].astype("float64").sum()))
+"""
+
+
+def displaced(n: int, rng, pct: float = 2.0, dmax: int = 1000) -> np.ndarray:
+    order = np.arange(n, dtype=np.float64)
+    moved = rng.choice(n, int(n * pct / 100), replace=False)
+    order[moved] += rng.integers(1, dmax + 1, moved.size) + 0.5
+    return np.argsort(order, kind="stable")
+
+
+def make(d: Path, n: int) -> tuple[str, str]:
+    rng = np.random.default_rng(7)
+    base = np.arange(n, dtype=np.float64) + rng.uniform(-0.1, 0.1, n)
+    a = base[displaced(n, rng)]
+    b = (base + rng.uniform(-0.01, 0.01, n))[displaced(n, rng)]
+    pa_, pb = str(d / "a.parquet"), str(d / "b.parquet")
+    pq.write_table(pa.table({"k": a, "v": rng.normal(size=n).astype("f4")}), pa_, row_group_size=262144)
+    pq.write_table(pa.table({"k": b, "v": rng.normal(size=n).astype("f4")}), pb, row_group_size=262144)
+    return pa_, pb
+
+
+def timed(cmd: list[str]) -> tuple[float, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    if r.returncode != 0:
+        raise SystemExit(f"{cmd[:4]} failed: {r.stderr.strip()[-400:]}")
+    return dt, r.stdout
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--records", type=int, default=3_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--write", default=None)
+    a = ap.parse_args(argv)
+    smerge = str(Path(PY).with_name("smerge"))
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SMERGE_BENCH_DIR")) as tmp:
+        d = Path(tmp)
+        fa, fb = make(d, a.records)
+        routes = {
+            "smerge cgm --local": lambda o: [smerge, "cgm", fa, fb, "--keys", "k", "--eps", str(EPS), "--local",
+                                             "-o", o, "--overwrite", "--json"],
+            "polars join_asof": lambda o: [PY, "-c", POLARS.format(eps=EPS), fa, fb, o],
+            "pandas merge_asof": lambda o: [PY, "-c", PANDAS.format(eps=EPS), fa, fb, o],
+        }
+        best = {k: float("inf") for k in routes}
+        phases = {}
+        for _ in range(a.repeat):
+            for name, cmd in routes.items():
+                out = str(d / f"{name.split()[0]}.parquet")
+                dt, so = timed(cmd(out))
+                best[name] = min(best[name], dt)
+                if name.startswith("smerge"):
+                    s = json.loads(so)
+                    phases = {k: s[k] for k in ("fetch_seconds", "merge_seconds", "write_seconds", "total_seconds")}
+                    t = pq.read_table(out, columns=["v_b"])
+                    pairs = (s["matched"], round(float(pa.compute.sum(t["v_b"].cast(pa.float64())).as_py()), 3))
+                else:
+                    n, chk = so.split()
+                    got = (int(n), round(float(chk), 3))
+                    assert got[0] == pairs[0] and abs(got[1] - pairs[1]) < 1e-3 * max(1, abs(pairs[1])), (name, got, pairs)
+        startup = {k: min(timed([PY, "-c", c])[0] for _ in range(a.repeat)) for k, c in
+                   (("smerge", "import smerge.cli.main"), ("polars", "import polars"), ("pandas", "import pandas"))}
+    rows = [(k, v, v / best["polars join_asof"], v / best["pandas merge_asof"]) for k, v in best.items()]
+    for r in rows:
+        print(f"{r[0]}: {r[1]:.2f} s ({r[2]:.2f}x polars, {r[3]:.2f}x pandas)")
+    print("smerge phases:", phases, "| start-up:", startup, "| pairs:", pairs[0])
+    if a.write:
+        write_section(a, rows, phases, startup, pairs[0])
+    return 0
+
+
+def write_section(a, rows, phases, startup, pairs) -> None:
+    lines = ["Machine:", "", common.machine_markdown(), "",
+             f"{a.records:,} + {a.records:,} records, one float64 key (2% of each stream displaced up to 1,000 "
+             f"positions), eps {EPS}; every route finds the same {pairs:,} pairs (asserted). Whole processes, Parquet "
+             f"in and out, best of {a.repeat} interleaved runs. Reproduce: `.venv/bin/python bench/bench_asof.py "
+             f"--records {a.records} --write BENCHMARKS.md` (or each command under `/usr/bin/time -v`).", "",
+             "| route | seconds | vs polars | vs pandas |", "|---|---|---|---|"]
+    for name, s, rp, rd in rows:
+        lines.append(f"| {name} | {s:.2f} | {rp:.2f}x | {rd:.2f}x |")
+    lines += ["", "smerge's own phases (its statistics): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
+              + "; start-up (imports): " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()) + "."]
+    text = "\n".join(lines)
+    doc = open(a.write).read()
+    begin, end = "<!-- asof: begin -->", "<!-- asof: end -->"
+    block = f"{begin}\n{text}\n{end}"
+    if begin in doc:
+        doc = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
+    else:
+        doc = doc.rstrip("\n") + "\n\n## CGM as a whole process beside polars and pandas as-of joins\n\n" + block + "\n"
+    tmp = a.write + ".tmp-asof"
+    with open(tmp, "w") as f:
+        f.write(doc)
+    os.replace(tmp, a.write)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
