@@ -49,6 +49,26 @@ class ReportWindows:
         self._retired = 0
 
 
+MAX_SERIES = 10_000  # per-window series in the statistics JSON hold at most this many points
+
+
+def decimate(values, limit: int = MAX_SERIES) -> tuple[list[float], int]:
+    """At most ``limit`` evenly spaced items of ``values`` (every s-th from the first, with
+    s = ceil(n / limit)) and the stride s; ``values`` as a list when n <= limit (s = 1)."""
+    n = len(values)
+    s = max(1, -(-n // limit))
+    return [float(x) for x in values[::s]], s
+
+
+def drop_rate_moving(kappas: list[float], m: int) -> np.ndarray:
+    """1 - Delta_{m,n} for n = m .. len(kappas) (the moving drop rate over m report windows;
+    item j ends at report window j + m - 1, 0-based); empty with fewer than m windows."""
+    if len(kappas) < m:
+        return np.empty(0)
+    c = np.concatenate([[0.0], np.cumsum(np.asarray(kappas, dtype=np.float64))])
+    return 1.0 - (c[m:] - c[:-m]) / m
+
+
 def drop_rate_moving_max(kappas: list[float], m: int, overall_kappa: float) -> float:
     """max over n >= m of 1 - Delta_{m,n}; with fewer than m windows, the overall drop rate."""
     if len(kappas) < m:
@@ -120,9 +140,38 @@ class MergeStats:
             "total_seconds": self.total_seconds,
             "params": self.params,
         }
+        # Per-window series for plots (``smerge plot``), bounded: at most MAX_SERIES points each,
+        # every ``series_stride``-th report window when there are more (and the same for the moving
+        # drop rate, whose item j ends at report window j + delta_windows - 1).
+        out["kappa_per_window"], out["series_stride"] = decimate(self.kappas)
+        out["drop_rate_moving"] = [float(x) for x in drop_rate_moving(self.kappas, m)[::out["series_stride"]]]
         if delta is None:
             del out["delta_ok"]
         if self.kappa_max is None:
             del out["kappa_max"]
         out.update(self.extra)
         return out
+
+
+@dataclass
+class BoundedSeries:
+    """Rows recorded over a run (e.g. one per W-join chunk), at most ``limit`` of them: when full,
+    every other row is dropped and only every ``stride``-th later call is kept (stride doubles),
+    so the rows stay evenly spaced (rows k x stride, 0-based calls). JSON: ``as_dict``."""
+
+    columns: tuple[str, ...]
+    limit: int = MAX_SERIES
+    rows: list[list[float]] = field(default_factory=list)
+    stride: int = 1
+    calls: int = 0
+
+    def append(self, row) -> None:
+        if self.calls % self.stride == 0:
+            self.rows.append([float(x) for x in row])
+            if len(self.rows) > self.limit:
+                self.rows = self.rows[::2]
+                self.stride *= 2
+        self.calls += 1
+
+    def as_dict(self) -> dict:
+        return {"columns": list(self.columns), "rows": self.rows, "stride": self.stride, "calls": self.calls}

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from smerge.errors import InputError, UsageError
 from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
+from smerge.merge.stats import BoundedSeries
 
 DEFAULT_OUTPUT_ROWS = 65536
 SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arrivals is halved
@@ -209,6 +210,9 @@ class WJoinStats:
     chunks: int = 0
     block_splits: int = 0  # blocks of arrivals halved to bound the partial tuples held at once
     join_seconds: float = 0.0
+    # After each chunk: records read, tuples so far, records buffered per stream (at most
+    # stats.MAX_SERIES rows, evenly thinned; for `smerge plot`).
+    timeline: BoundedSeries | None = None
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:
@@ -219,6 +223,8 @@ class WJoinStats:
             "peak_buffered_total": self.peak_buffered_total, "peak_held": dict(zip(a, self.peak_held)),
             "chunks": self.chunks, "block_splits": self.block_splits, "join_seconds": self.join_seconds,
         }
+        if self.timeline is not None and self.timeline.rows:
+            d["timeline"] = self.timeline.as_dict()
         d.update(self.extra)
         return d
 
@@ -515,6 +521,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
     stats.records_read = [0] * n
     stats.peak_buffered = [0] * n
     stats.peak_held = [0] * n
+    stats.timeline = BoundedSeries(("records_read", "tuples") + tuple(f"buffered_{a}" for a in params.aliases))
     neg, pos = (INT_NEG, INT_POS) if plan.dtype is np.int64 else (-np.inf, np.inf)
     latest = np.full(n, neg, dtype=plan.dtype)
     t_start = time.perf_counter()
@@ -566,6 +573,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
             for b in out:
                 stats.tuples += b.num_rows
                 yield b
+            stats.timeline.append([sum(s.rows_read for s in st), stats.tuples] + [s.buf_t.shape[0] for s in st])
         if not live:
             break
         for i, s in enumerate(st):
