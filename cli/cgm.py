@@ -11,6 +11,8 @@ import typer
 from smerge.cli.common import (delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled,
                                run_guarded, split_list, tqdm_progress)
 
+from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
+
 app = typer.Typer(add_completion=False)
 
 # Option declarations shared with the rtm command (same names, same help).
@@ -61,6 +63,7 @@ def cgm(
     with_ids: IdsOpt = False,
     unmatched: UnmatchedOpt = None,
     stats: StatsOpt = None,
+    plot: PlotOpt = None,
     json_: JsonOpt = False,
     delta: DeltaOpt = None,
     delta_windows: DeltaWOpt = 10,
@@ -90,6 +93,7 @@ def cgm(
         )
         spark_conf = parse_conf(conf)
         # URL inputs are opened by Spark's readers, in the session: prepared there.
+        check_plot(plot, overwrite=overwrite, inputs=(a, b))
         prep = job if not local and needs_spark_readers(job, spark_conf) else prepare(job)
         bar = tqdm_progress(progress_enabled(progress))
         if local:
@@ -99,6 +103,7 @@ def cgm(
 
             result = run_on_spark(prep, master=master or "local[*]", partitions=partitions, conf=spark_conf,
                                   progress=bar, verbose=verbose)
+        write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)
 

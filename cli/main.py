@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "smerge.cli.index",
     "smerge.cli.wjoin",
     "smerge.cli.batch",
+    "smerge.cli.plot",
 ]
 
 for _name in COMMAND_MODULES:

@@ -14,6 +14,8 @@ from smerge.cli.cgm import (ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, Form
 from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled, \
     run_guarded, split_list, tqdm_progress
 
+from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
+
 app = typer.Typer(add_completion=False)
 RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: on Spark, "
                                            "each partition of A queries the server).")]
@@ -43,6 +45,7 @@ def rtm(
     with_ids: IdsOpt = False,
     unmatched: UnmatchedOpt = None,
     stats: StatsOpt = None,
+    plot: PlotOpt = None,
     json_: JsonOpt = False,
     delta: DeltaOpt = None,
     delta_windows: DeltaWOpt = 10,
@@ -77,6 +80,7 @@ def rtm(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         spark_conf = parse_conf(conf)
+        check_plot(plot, overwrite=overwrite, inputs=(a, b))
         prep = prepare_rtm(job)
         bar = tqdm_progress(progress_enabled(progress))
         if local:
@@ -90,6 +94,7 @@ def rtm(
                 m = None  # the master and settings spark-submit configured
             result = run_rtm_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
                                    verbose=verbose)
+        write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)
 

@@ -13,6 +13,8 @@ from smerge.cli.cgm import (ConfOpt, DebugOpt, FormatOpt, JsonOpt, MasterOpt, Ou
                             ProgressOpt, StatsOpt, VerboseOpt)
 from smerge.cli.common import emit_stats, parse_conf, progress_enabled, run_guarded, split_list, tqdm_progress
 
+from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
+
 app = typer.Typer(add_completion=False)
 
 
@@ -43,6 +45,7 @@ def wjoin(
     overwrite: OverwriteOpt = False,
     with_ids: Annotated[bool, typer.Option("--with-ids", help="Add S1_row, S2_row, .. (0-based row ids in the inputs).")] = False,
     stats: StatsOpt = None,
+    plot: PlotOpt = None,
     json_: JsonOpt = False,
     local: Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (default: on Spark).")] = False,
     master: MasterOpt = None,
@@ -68,6 +71,7 @@ def wjoin(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         spark_conf = parse_conf(conf)
+        check_plot(plot, overwrite=overwrite, inputs=inputs)
         prep = prepare(job)
         bar = tqdm_progress(progress_enabled(progress))
         if local:
@@ -81,6 +85,7 @@ def wjoin(
                 m = None  # the master and settings spark-submit configured
             result = run_wjoin_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
                                      verbose=verbose)
+        write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=wjoin_summary)
         return 0
 

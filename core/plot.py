@@ -1,0 +1,148 @@
+"""Pictures of a run: the statistics JSON (``--stats``) as one PNG of stacked panels.
+
+``plot_series(stats)`` says what is drawn: ``{panel: {label: (x, y)}}`` taken from the
+statistics as they are (no recomputation), so a test can compare them with the JSON.
+``plot_figure(stats)`` draws them with matplotlib (Agg, no display) and returns
+``(figure, series)``; ``save_plot(stats, path)`` writes the PNG atomically.
+
+Merges (cgm, rtm): kappa per report window (``kappa_per_window``, every ``series_stride``-th
+window), the moving drop rate (``drop_rate_moving``, item j ends at window j + M - 1) with the
+delta line (``params.delta``) when given, K per report window when the run adapted it
+(``k_per_window``), the fraction read per run of an archived input (``fraction_read_per_run``)
+when present, and the fetch/merge/write seconds. W-join: tuples and buffered records per
+stream against the records read (``timeline``) and the fetch/join/write seconds.
+matplotlib is imported only when drawing (``import smerge.merge`` never pulls it in).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from smerge.errors import UsageError
+
+PANEL_WIDTH_IN = 8.0
+PANEL_HEIGHT_IN = 2.2
+DEFAULT_DPI = 100
+
+Series = dict[str, dict[str, tuple[list[float], list[float]]]]
+
+
+def _floats(v) -> list[float]:
+    return [float(x) for x in v]
+
+
+def _merge_series(s: dict) -> Series:
+    out: Series = {}
+    stride = int(s.get("series_stride", 1))
+    kap = s.get("kappa_per_window")
+    if kap is None:
+        raise UsageError("these statistics have no kappa_per_window (written by an older smerge?); "
+                         "rerun with this version's --stats")
+    out["kappa per report window"] = {"kappa": ([float(i * stride) for i in range(len(kap))], _floats(kap))}
+    m = int(s.get("params", {}).get("delta_windows", 10))
+    drop = s.get("drop_rate_moving", [])
+    panel = {"moving drop rate": ([float(j * stride + m - 1) for j in range(len(drop))], _floats(drop))}
+    delta = s.get("params", {}).get("delta")
+    if delta is not None and (drop or kap):
+        n = max(len(kap) * stride - 1, 0)
+        panel[f"delta = {delta:g}"] = ([0.0, float(n)], [float(delta), float(delta)])
+    out[f"moving drop rate (M = {m})"] = panel
+    k = s.get("k_per_window")
+    if k:
+        ks = stride if len(k) == len(kap) else 1
+        out["least increment K per report window"] = {"K": ([float(i * ks) for i in range(len(k))], _floats(k))}
+    frac = s.get("fraction_read_per_run")
+    if frac:
+        out["fraction read per run"] = {"fraction read": ([float(i) for i in range(len(frac))], _floats(frac))}
+    out["seconds"] = {"seconds": ([0.0, 1.0, 2.0], [float(s.get(f"{x}_seconds") or 0.0)
+                                                   for x in ("fetch", "merge", "write")])}
+    return out
+
+
+def _wjoin_series(s: dict) -> Series:
+    out: Series = {}
+    tl = s.get("timeline")
+    if tl and tl.get("rows"):
+        cols = tl["columns"]
+        x = [float(r[0]) for r in tl["rows"]]
+        out["tuples emitted"] = {"tuples": (x, [float(r[1]) for r in tl["rows"]])}
+        out["records buffered"] = {c[len("buffered_"):]: (x, [float(r[j]) for r in tl["rows"]])
+                                   for j, c in enumerate(cols) if c.startswith("buffered_")}
+    out["seconds"] = {"seconds": ([0.0, 1.0, 2.0], [float(s.get(f"{x}_seconds") or 0.0)
+                                                   for x in ("fetch", "join", "write")])}
+    return out
+
+
+def plot_series(stats: dict) -> Series:
+    """What ``plot_figure`` draws, panel by panel: ``{panel title: {label: (x, y)}}``."""
+    if not isinstance(stats, dict) or "algorithm" not in stats:
+        raise UsageError("not smerge statistics: no 'algorithm' key (give the JSON written by --stats)")
+    if stats["algorithm"] == "wjoin":
+        return _wjoin_series(stats)
+    if stats["algorithm"] in ("cgm", "rtm"):
+        return _merge_series(stats)
+    raise UsageError(f"statistics of algorithm {stats['algorithm']!r} cannot be plotted; cgm, rtm and wjoin can")
+
+
+def plot_figure(stats: dict, *, title: str | None = None) -> tuple[Any, Series]:
+    """A matplotlib figure (Agg) of the statistics, one panel per series group; and the series."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    series = plot_series(stats)
+    n = len(series)
+    fig = Figure(figsize=(PANEL_WIDTH_IN, PANEL_HEIGHT_IN * n))
+    axes = fig.subplots(n, 1, squeeze=False)[:, 0]
+    is_wjoin = stats["algorithm"] == "wjoin"
+    for ax, (panel, lines) in zip(axes, series.items()):
+        ax.set_title(panel, fontsize=9, loc="left")
+        ax.tick_params(labelsize=8)
+        if panel == "seconds":
+            (x, y), = lines.values()
+            names = ["fetch", "join" if is_wjoin else "merge", "write"]
+            ax.barh(x, y, color=["#4c72b0", "#dd8452", "#55a868"])
+            ax.set_yticks(x, names)
+            ax.set_xlabel("seconds", fontsize=8)
+            continue
+        for label, (x, y) in lines.items():
+            style = dict(color="#c44e52", linestyle="--", linewidth=1) if label.startswith("delta") else dict(linewidth=1)
+            ax.plot(x, y, label=label, **style)
+        ax.set_xlabel("records read" if is_wjoin else ("run" if panel.startswith("fraction") else "report window"),
+                      fontsize=8)
+        if len(lines) > 1:
+            ax.legend(fontsize=7, loc="best")
+        ax.grid(alpha=0.3)
+    head = title or _title(stats)
+    fig.suptitle(head, fontsize=10)
+    fig.tight_layout()
+    return fig, series
+
+
+def _title(s: dict) -> str:
+    if s["algorithm"] == "wjoin":
+        return f"wjoin ({s.get('method', '')}): {s.get('tuples', 0):,} tuples"
+    return (f"{s['algorithm']}: {s.get('matched', 0):,} of {s.get('a_records', 0):,} A records matched "
+            f"({s.get('match_pct', 0):.2f}%), {s.get('report_windows', 0)} report windows")
+
+
+def save_plot(stats: dict, path: str, *, dpi: int = DEFAULT_DPI, title: str | None = None) -> Series:
+    """Write the PNG to ``path`` (a temporary file beside it, renamed when complete); returns
+    the series drawn. Its size is 800 x (220 x panels) pixels at the default dpi."""
+    from smerge.datasets.outputs import make_temp_file
+
+    fig, series = plot_figure(stats, title=title)
+    tmp = make_temp_file(path, ".png")
+    try:
+        fig.savefig(tmp, format="png", dpi=dpi)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return series
+
+
+__all__ = ["plot_series", "plot_figure", "save_plot", "DEFAULT_DPI", "PANEL_WIDTH_IN", "PANEL_HEIGHT_IN"]

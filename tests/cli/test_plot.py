@@ -1,0 +1,142 @@
+"""``smerge plot`` and ``--plot``: the PNG is written, decodes at the right size, and draws the statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+pytest.importorskip("matplotlib")
+from PIL import Image  # noqa: E402  (a matplotlib dependency)
+
+from smerge.cli.main import main  # noqa: E402
+from smerge.merge.stats import MAX_SERIES, BoundedSeries, MergeStats, decimate, drop_rate_moving  # noqa: E402
+from smerge.plot import plot_figure, plot_series  # noqa: E402
+
+
+def _run(args, capsys=None) -> int:
+    return main(args)
+
+
+@pytest.fixture(scope="module")
+def storm_stats(ncar_dir, tmp_path_factory):
+    d = tmp_path_factory.mktemp("plot")
+    stats = d / "run.json"
+    rc = main(["cgm", "--local", os.path.join(ncar_dir, "Pstorm.cdf"), os.path.join(ncar_dir, "Tstorm.cdf"),
+               "--eps", "lat=0.001,lon=0.001", "--window", "2000", "--increment", "200", "--delta", "0.05",
+               "-o", str(d / "o.parquet"), "--stats", str(stats), "--plot", str(d / "run.png")])
+    assert rc == 0
+    return json.loads(stats.read_text()), d
+
+
+def _png(path) -> tuple[int, int]:
+    with Image.open(path) as im:
+        im.load()
+        return im.size
+
+
+def _lines(fig):
+    return {ln.get_label(): (list(ln.get_xdata()), list(ln.get_ydata())) for ax in fig.axes for ln in ax.get_lines()}
+
+
+def test_plot_command_writes_the_statistics(storm_stats, tmp_path):
+    stats, d = storm_stats
+    out = tmp_path / "run.png"
+    assert main(["plot", str(d / "run.json"), "-o", str(out)]) == 0
+    series = plot_series(stats)
+    assert _png(out) == (800, 220 * len(series))
+    k = series["kappa per report window"]["kappa"]
+    assert k[1] == stats["kappa_per_window"] and len(k[1]) == stats["report_windows"]
+    m = stats["params"]["delta_windows"]
+    drop = series[f"moving drop rate (M = {m})"]
+    assert drop["moving drop rate"][1] == stats["drop_rate_moving"]
+    assert drop["moving drop rate"][0][0] == m - 1
+    assert drop["delta = 0.05"][1] == [0.05, 0.05]
+    assert series["seconds"]["seconds"][1] == [stats["fetch_seconds"], stats["merge_seconds"], stats["write_seconds"]]
+    # what the figure holds is what plot_series says
+    fig, _ = plot_figure(stats)
+    lines = _lines(fig)
+    assert lines["kappa"] == (k[0], k[1])
+    bars = [p.get_width() for p in fig.axes[-1].patches]
+    assert bars == pytest.approx(series["seconds"]["seconds"][1])
+    # --plot on the command wrote the same picture size
+    assert _png(d / "run.png") == _png(out)
+
+
+def test_plot_refuses_overwrite_and_bad_input(storm_stats, tmp_path, capsys):
+    stats, d = storm_stats
+    out = tmp_path / "a.png"
+    out.write_bytes(b"x")
+    assert main(["plot", str(d / "run.json"), "-o", str(out)]) == 2
+    assert out.read_bytes() == b"x"
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nope")
+    assert main(["plot", str(bad), "-o", str(tmp_path / "b.png")]) == 2
+    bad.write_text('{"rows": 1}')
+    assert main(["plot", str(bad), "-o", str(tmp_path / "b.png")]) == 2
+    assert not (tmp_path / "b.png").exists()
+
+
+def test_k_per_window_and_archive_fraction_are_drawn_when_present():
+    s = MergeStats("cgm")
+    s.kappas = [1.0, 0.5, 0.75]
+    s.params = {"delta_windows": 2, "delta": None}
+    d = s.as_dict()
+    d["k_per_window"] = [100, 200, 400]
+    d["fraction_read_per_run"] = [0.5, 0.25]
+    series = plot_series(d)
+    assert series["least increment K per report window"]["K"] == ([0.0, 1.0, 2.0], [100.0, 200.0, 400.0])
+    assert series["fraction read per run"]["fraction read"][1] == [0.5, 0.25]
+    assert series["moving drop rate (M = 2)"]["moving drop rate"] == ([1.0, 2.0], [0.25, 0.375])
+    fig, _ = plot_figure(d)
+    assert _lines(fig)["K"][1] == [100.0, 200.0, 400.0]
+
+
+def test_series_are_bounded():
+    k = list(np.linspace(0, 1, 25_001))
+    v, stride = decimate(k)
+    assert stride == 3 and len(v) <= MAX_SERIES and v[1] == k[3]
+    s = MergeStats("cgm")
+    s.kappas = k
+    s.params = {"delta_windows": 10}
+    d = s.as_dict()
+    assert len(d["kappa_per_window"]) <= MAX_SERIES and d["series_stride"] == 3
+    assert d["drop_rate_moving"] == [float(x) for x in drop_rate_moving(k, 10)[::3]]
+    b = BoundedSeries(("x",), limit=8)
+    for i in range(100):
+        b.append([i])
+    assert len(b.rows) <= 8 and [r[0] for r in b.rows] == [i * b.stride for i in range(len(b.rows))]
+
+
+def test_wjoin_timeline_plot(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for name, off in (("s1", 0), ("s2", 1)):
+        t = np.arange(0, 2000, 2, dtype=np.int64) + off
+        pq.write_table(pa.table({"t": t, "v": np.arange(t.size, dtype=np.float64)}), tmp_path / f"{name}.parquet")
+    stats, png = tmp_path / "w.json", tmp_path / "w.png"
+    rc = main(["wjoin", "--local", str(tmp_path / "s1.parquet"), str(tmp_path / "s2.parquet"), "--time", "t",
+               "--window", "3", "--batch-rows", "100", "-o", str(tmp_path / "w.parquet"), "--stats", str(stats),
+               "--plot", str(png)])
+    assert rc == 0
+    s = json.loads(stats.read_text())
+    tl = s["timeline"]
+    assert tl["columns"] == ["records_read", "tuples", "buffered_S1", "buffered_S2"]
+    assert tl["rows"][-1][1] == s["tuples"] and tl["rows"][-1][0] == sum(s["records_read"].values())
+    series = plot_series(s)
+    assert series["tuples emitted"]["tuples"][1] == [r[1] for r in tl["rows"]]
+    assert series["records buffered"]["S2"][1] == [r[3] for r in tl["rows"]]
+    assert _png(png) == (800, 220 * len(series))
+
+
+def test_engines_import_neither_matplotlib_nor_xarray():
+    import subprocess
+    import sys
+
+    code = ("import sys, smerge.merge, smerge.merge.wjoin, smerge.merge.stats\n"
+            "print([m for m in ('matplotlib', 'xarray') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]"
