@@ -221,7 +221,7 @@ def _on_a_grid(ds_a, ds_b, axes: list[_Axis], b_vars: list[str], how: str, param
             dest = np.ix_(*([np.flatnonzero(ok[0][i0:i1]) + i0] + [np.flatnonzero(o) for o in ok[1:]]))
             tf = time.perf_counter()
             for n in b_vars:
-                out[n][dest] = b_keyed[n].isel({ax.key_b: g for ax, g in zip(axes, good)}).values
+                out[n][dest] = b_keyed[n].isel({ax.key_b: _indexer(g) for ax, g in zip(axes, good)}).values
             t_fetch += time.perf_counter() - tf
         matched = int(np.prod([o.sum() for o in ok]))
         used_b = int(np.prod([np.unique(m[m >= 0]).size for m in match]))
