@@ -245,3 +245,12 @@ def test_accessor_and_usage_errors():
         sx.merge(a, b, keys_b=["z"], how="nearest")
     with pytest.raises(UsageError, match="not merge keys"):
         sx.merge(a, b, keys_b=["z"], eps={"y": 1})
+
+
+def test_dask_backed_inputs_stay_lazy(ncar_dir):
+    pytest.importorskip("dask")
+    p = xr.open_dataset(os.path.join(ncar_dir, "Pstorm.cdf"), chunks={"timestep": 8})
+    t = xr.open_dataset(os.path.join(ncar_dir, "Tstorm.cdf"), chunks={"timestep": 8})
+    m = sx.merge(p, t, eps={"lat": 1e-3, "lon": 1e-3}, slab_records=5000)
+    assert m.p.chunks is not None  # A's variable still dask-backed
+    xr.testing.assert_equal(m.t.reset_coords(drop=True), t.t.load().reset_coords(drop=True))

@@ -140,3 +140,17 @@ def test_engines_import_neither_matplotlib_nor_xarray():
             "print([m for m in ('matplotlib', 'xarray') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"
+
+
+def test_rtm_plot_and_existing_png_refused_before_the_run(ncar_dir, tmp_path):
+    u, v = os.path.join(ncar_dir, "Ustorm.cdf"), os.path.join(ncar_dir, "Vstorm.cdf")
+    png, stats = tmp_path / "r.png", tmp_path / "r.json"
+    assert main(["rtm", "--local", u, v, "--eps", "lat=0.001,lon=0.001", "-o", str(tmp_path / "r.parquet"),
+                 "--stats", str(stats), "--plot", str(png)]) == 0
+    s = json.loads(stats.read_text())
+    assert s["algorithm"] == "rtm" and len(s["kappa_per_window"]) == s["report_windows"]
+    assert _png(png) == (800, 220 * len(plot_series(s)))
+    # the PNG exists now: without --overwrite the run stops before writing anything
+    out2 = tmp_path / "r2.parquet"
+    assert main(["cgm", "--local", u, v, "-o", str(out2), "--plot", str(png)]) == 2
+    assert not out2.exists()
