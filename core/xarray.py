@@ -114,7 +114,7 @@ def _axes(ds_a: xr.Dataset, ds_b: xr.Dataset, keys: Sequence[str], keys_b: Seque
         if unknown:
             raise UsageError(f"eps names {', '.join(unknown)}, which are not merge keys; the keys are {', '.join(keys)}")
         raw = [eps.get(k, 0.0) for k in keys]
-    elif isinstance(eps, (int, float, str, np.timedelta64, datetime.timedelta)):
+    elif isinstance(eps, (int, float, np.number, str, np.timedelta64, datetime.timedelta)):
         raw = [eps] * len(keys)
     else:
         raw = list(eps)
@@ -302,6 +302,10 @@ def _axis_match(a: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
 def _b_on_a(ds_a, ds_b, *, eps, how, keys, keys_b, variables, slab_records, params):
     if how not in HOWS:
         raise UsageError(f"how={how!r}; use one of {', '.join(HOWS)}")
+    if isinstance(slab_records, bool) or not isinstance(slab_records, int) or slab_records < 1:
+        raise UsageError(f"slab_records is {slab_records!r}; give the grid points per slab as an integer >= 1")
+    if not isinstance(ds_a, xr.Dataset) or not isinstance(ds_b, xr.Dataset):
+        raise UsageError("merge and align take xarray Datasets; convert a DataArray with .to_dataset()")
     keys = tuple(keys) if keys else default_keys(ds_a)
     axes = _axes(ds_a, ds_b, keys, keys_b, eps)
     b_vars = _b_variables(ds_b, [ax.key_b for ax in axes], variables)

@@ -245,6 +245,11 @@ def test_accessor_and_usage_errors():
         sx.merge(a, b, keys_b=["z"], how="nearest")
     with pytest.raises(UsageError, match="not merge keys"):
         sx.merge(a, b, keys_b=["z"], eps={"y": 1})
+    with pytest.raises(UsageError, match="to_dataset"):
+        sx.merge(a.u, b, keys_b=["z"])
+    with pytest.raises(UsageError, match="slab_records"):
+        sx.merge(a, b, keys_b=["z"], slab_records=0)
+    assert sx.merge(a, b, keys_b=["z"], eps=np.float32(0.5)).smerge.stats["params"]["eps"] == {"x": 0.5}
 
 
 def test_dask_backed_inputs_stay_lazy(ncar_dir):
