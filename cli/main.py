@@ -52,6 +52,36 @@ def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt  # unwinds like Ctrl-C: temporary and staging files are removed
 
 
+class _SkipPandas:
+    """A meta-path finder that makes ``import pandas`` fail (installed for one call only)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("smerge: pandas is not needed here")
+        return None
+
+
+def _pyarrow_without_pandas() -> None:
+    """In-process runs never hand pandas objects to pyarrow, yet pyarrow 26 imports pandas on
+    its first numpy conversion, to check for them: about 0.25 s of every ``--local`` process.
+    Let that one check find no pandas. pandas stays importable (and ``to_pandas`` works) for
+    code that imports it itself. Only for the ``smerge`` process, never for callers of
+    ``main(argv)`` in their own process."""
+    if "pandas" in sys.modules:
+        return
+    import numpy as np
+    import pyarrow as pa
+
+    finder = _SkipPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array(np.zeros(1))
+    except Exception:  # noqa: BLE001 - a speed-up only; never in the way of the run
+        pass
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; usage errors become one line on stderr and exit code 2.
 
@@ -63,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+    if argv is None and "--local" in sys.argv[1:]:
+        _pyarrow_without_pandas()
     try:
         rv = app(args=argv, prog_name="smerge", standalone_mode=False)
     except typer.Exit as e:

@@ -81,8 +81,19 @@ def _column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
         col = col.cast(pa.int32())
     if col.null_count:
         col = col.cast(pa.float64()).fill_null(float("nan"))
-    arr = col.to_numpy(zero_copy_only=False)
-    return np.asarray(arr, dtype=np.float64)
+    return numpy_view(col).astype(np.float64, copy=False)
+
+
+def numpy_view(col: pa.Array) -> np.ndarray:
+    """A null-free int/float array's values as numpy, read from its data buffer (no copy).
+
+    ``to_numpy(zero_copy_only=False)`` imports pandas in pyarrow 26 (about 0.25 s of every
+    process) even where a view of the buffer is all that is needed."""
+    t = col.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not col.null_count and len(col):
+        dt = np.dtype(t.to_pandas_dtype()) if not pa.types.is_float16(t) else np.dtype(np.float16)
+        return np.frombuffer(col.buffers()[1], dtype=dt, count=len(col), offset=col.offset * dt.itemsize)
+    return np.asarray(col.to_numpy(zero_copy_only=False))
 
 
 def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndarray:

@@ -11,6 +11,8 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
+from smerge.merge.keys import numpy_view
+
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], type=f.type) for f in schema], schema=schema)
@@ -58,7 +60,7 @@ def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
     cols = []
     for col in batch.columns:
         if _plain(col):
-            cols.append(pa.array(col.to_numpy(zero_copy_only=True)[pos], type=col.type))
+            cols.append(pa.array(numpy_view(col)[pos], type=col.type))
         else:
             cols.append(col.take(pa.array(pos)))
     return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
@@ -118,7 +120,7 @@ class RowStore:
             for ci, f in enumerate(self.schema):
                 out = None
                 for s, at, local in groups:
-                    src = self._segs[s][2].column(ci).to_numpy(zero_copy_only=True)
+                    src = numpy_view(self._segs[s][2].column(ci))
                     if out is None:
                         out = np.empty(rows.size, dtype=src.dtype)
                     out[at] = src[local]

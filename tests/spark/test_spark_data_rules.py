@@ -41,21 +41,22 @@ def run(capsys, *args):
 
 
 def test_spark_equals_local_on_transposed_offset_times_and_masks(tmp_path, capsys, spark):
+    from smerge.jobs import CGMJob, prepare
+    from smerge.spark import run_cgm_spark
+
     a = grid(tmp_path / "a.nc")
     # B: same instants counted from 06:00 (values -6, 0, 6, 12), dimensions transposed.
     b = grid(tmp_path / "b.nc", order=("time", "lon", "lat"), units="hours since 2000-01-01 06:00", t0=-6.0, seed=1)
-    outs = {}
-    for mode in (["--local"], ["--master", "local[2]", "--partitions", "1"], ["--master", "local[2]",
-                                                                              "--partitions", "2"]):
-        out = tmp_path / f"o{len(outs)}.parquet"
-        s = run(capsys, "cgm", a, b, *mode, "-o", out, "--with-ids", "--json")
-        outs[tuple(mode)] = (s, pq.read_table(out).sort_by([("a_row", "ascending")]))
-    (s_local, t_local), *spark_runs = outs.values()
+    out = tmp_path / "local.parquet"
+    s_local = run(capsys, "cgm", a, b, "--local", "-o", out, "--with-ids", "--json")
+    t_local = pq.read_table(out).sort_by([("a_row", "ascending")])
     assert s_local["matched"] == 120
     assert s_local["a_masked"] > 0 and s_local["b_masked"] > 0
     assert (np.asarray(t_local["lat"]) == np.asarray(t_local["lat_b"])).all()
     assert (np.asarray(t_local["time"].cast("int64")) == np.asarray(t_local["time_b"].cast("int64"))).all()
-    for s, t in spark_runs:
+    for parts in (1, 2):
+        o = str(tmp_path / f"spark{parts}.parquet")
+        s = run_cgm_spark(prepare(CGMJob(a=a, b=b, output=o, with_ids=True)), partitions=parts, spark=spark)
         assert s["execution"] == "spark"
         assert (s["matched"], s["a_masked"], s["b_masked"]) == (120, s_local["a_masked"], s_local["b_masked"])
-        assert t.equals(t_local)
+        assert pq.read_table(o).sort_by([("a_row", "ascending")]).equals(t_local)
