@@ -3,8 +3,10 @@
 What xarray users ask for when two grids differ by float noise: the result has A's
 dimensions and coordinates, A's variables as they are in A, and each B variable on A's grid,
 missing (NaN, ``_FillValue``) where the A record found no pair. The pairs must carry
-``a_row`` (the flat C-order index in A's grid). B's variables are held in memory for the whole
-grid until ``close()`` (4-8 bytes x grid points x B variables); A's are copied slab by slab.
+``a_row`` (the flat C-order index in A's grid). B's values are spilled to Arrow IPC files in a
+staging folder beside the output, one per bucket of whole outer slabs of A's grid, and put on
+the grid bucket by bucket at ``close()``: memory holds one bucket (about 2^18 grid cells, or
+1/512 of the grid), not the grid; A's variables are copied slab by slab.
 
 Geolocation is kept (spec/DATA.md section 4): besides A's chosen variables, the file holds
 A's dimension coordinates, every key that is a variable of A (point lists' ``lat(station)``,
@@ -19,6 +21,8 @@ name a variable of the output (a B key becomes A's key of the same position).
 from __future__ import annotations
 
 import datetime as _dt
+import os
+import shutil
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +39,8 @@ _PACKING_ATTRS = ("_FillValue", "scale_factor", "add_offset", "missing_value", "
 _TIME_BASE_UNITS = "microseconds since 1970-01-01 00:00:00"
 _META_SOURCE_UNITS, _META_CALENDAR = b"smerge.cf_units", b"calendar"
 _COPY_CELLS = 1 << 20  # values per slab when copying a variable
+MAX_BUCKETS = 512  # spill files of B's values at most (open at once while pairs arrive)
+BUCKET_CELLS = 1 << 18  # grid cells per spill bucket (whole outer slabs; at least one slab)
 
 
 class GridWriter:
@@ -53,34 +59,102 @@ class GridWriter:
         self.b_sources = list(b_sources) or list(b_columns)
         self.template_b = template_b
         self.history = history
-        size = int(np.prod(self.grid.shape))
-        self._b: dict[str, np.ndarray] = {}
+        self._kind: dict[str, type] = {}  # column -> numpy dtype of its output variable (object: text)
         self._b_time: dict[str, str] = {}  # column -> calendar, for decoded CF times
         for c in self.b_columns:
             f = schema.field(c)
             t = f.type
             if pa.types.is_string(t) or pa.types.is_large_string(t):
-                self._b[c] = np.full(size, "", dtype=object)
+                self._kind[c] = object
                 continue
             md = f.metadata or {}
             if pa.types.is_timestamp(t) or _META_SOURCE_UNITS in md:
                 self._b_time[c] = (md.get(_META_CALENDAR) or b"standard").decode()
-            dt = np.float32 if t in (pa.float32(), pa.float16(), pa.int8(), pa.int16(), pa.uint8(), pa.uint16()) else np.float64
-            self._b[c] = np.full(size, np.nan, dtype=dt)
+            small = t in (pa.float32(), pa.float16(), pa.int8(), pa.int16(), pa.uint8(), pa.uint16())
+            self._kind[c] = np.float32 if small else np.float64
+        # B's values are spilled to disk in buckets of whole outer slabs of A's grid (Arrow IPC
+        # files in a staging folder beside the output) and put on the grid bucket by bucket at
+        # close(): memory holds one bucket, not the grid (at most MAX_BUCKETS buckets).
+        outer = self.grid.shape[0] if self.grid.shape else 1
+        inner = max(self.grid.inner_size, 1)
+        step = max(1, BUCKET_CELLS // inner)
+        step = max(step, -(-outer // MAX_BUCKETS))
+        self._step, self._bucket_cells = step, step * inner
+        self._spill_schema = pa.schema([pa.field("a_row", pa.int64())] + [
+            pa.field(c, pa.string() if k is object else pa.from_numpy_dtype(k)) for c, k in self._kind.items()])
+        self._spill_dir: str | None = None
+        self._spill: dict[int, tuple] = {}
+
+    def _bucket_writer(self, k: int):
+        if k not in self._spill:
+            if self._spill_dir is None:
+                from smerge.datasets.outputs import make_staging
+
+                self._spill_dir = make_staging(self.path, "tmp")
+            sink = pa.OSFile(os.path.join(self._spill_dir, f"b{k:05d}.arrows"), "wb")
+            self._spill[k] = (sink, pa.ipc.new_stream(sink, self._spill_schema))
+        return self._spill[k][1]
 
     def write(self, batch: pa.RecordBatch) -> None:
+        if not batch.num_rows:
+            return
         rows = batch.column("a_row").to_numpy()
-        for c, arr in self._b.items():
+        cols = [pa.array(rows)]
+        for c, k in self._kind.items():
             col = batch.column(c)
-            if arr.dtype == object:
-                arr[rows] = np.asarray(col.fill_null("").to_pylist(), dtype=object)
+            if k is object:
+                cols.append(col.cast(pa.string()))
                 continue
             if pa.types.is_timestamp(col.type) or pa.types.is_duration(col.type):
                 col = col.cast(pa.int64())
-            vals = col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False)
-            arr[rows] = vals
+            cols.append(col.cast(pa.float64()).fill_null(np.nan).cast(pa.from_numpy_dtype(k), safe=False))
+        spill = pa.RecordBatch.from_arrays(cols, schema=self._spill_schema)
+        bucket = rows // self._bucket_cells
+        if bucket.size and bucket[0] == bucket[-1] and (bucket == bucket[0]).all():
+            self._bucket_writer(int(bucket[0])).write_batch(spill)
+            return
+        order = np.argsort(bucket, kind="stable")
+        ks, starts = np.unique(bucket[order], return_index=True)
+        spill = spill.take(pa.array(order))
+        for k, a, b in zip(ks, starts, list(starts[1:]) + [len(order)]):
+            self._bucket_writer(int(k)).write_batch(spill.slice(int(a), int(b - a)))
+
+    def _bucket(self, k: int) -> pa.Table | None:
+        """The spilled pairs of bucket ``k`` (None when it has none)."""
+        if k not in self._spill:
+            return None
+        sink, w = self._spill.pop(k)
+        w.close()
+        sink.close()
+        path = os.path.join(self._spill_dir, f"b{k:05d}.arrows")
+        with pa.OSFile(path, "rb") as f:
+            table = pa.ipc.open_stream(f).read_all()
+        os.unlink(path)
+        return table
+
+    def abort(self) -> None:
+        """Drop the spilled values without writing the file (a failed run)."""
+        self._discard_spill()
+
+    def _discard_spill(self) -> None:
+        for sink, w in self._spill.values():
+            try:
+                w.close()
+                sink.close()
+            except Exception:  # noqa: BLE001 - cleaning up
+                pass
+        self._spill.clear()
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+            self._spill_dir = None
 
     def close(self) -> None:
+        try:
+            self._close()
+        finally:
+            self._discard_spill()
+
+    def _close(self) -> None:
         import netCDF4
 
         from smerge.datasets.netcdf import NC_LOCK
@@ -112,12 +186,13 @@ class GridWriter:
             to_out = {**dict(zip(self.keys_b, self.keys_a)), **dict(zip(self.b_sources, names_b))}
             b_ref = lambda n: to_out.get(n) if to_out.get(n) in out_vars else None  # noqa: E731
             b_attrs = self.template_b.grid.attrs if self.template_b is not None and self.template_b.grid else {}
+            b_vars = []
             for c, out, name in zip(self.b_columns, names_b, self.b_sources):
-                arr = self._b[c]
-                if arr.dtype == object:
+                kind = self._kind[c]
+                if kind is object:
                     var = dst.createVariable(out, str, g.dims)
                 else:
-                    var = dst.createVariable(out, arr.dtype, g.dims, fill_value=arr.dtype.type(np.nan), zlib=True)
+                    var = dst.createVariable(out, kind, g.dims, fill_value=np.dtype(kind).type(np.nan), zlib=True)
                 attrs = {k: v for k, v in b_attrs.get(name, {}).items() if k not in _PACKING_ATTRS}
                 attrs = _rewritten(attrs, b_ref)
                 if grid_refs.get("coordinates") or attrs.get("coordinates"):
@@ -129,10 +204,24 @@ class GridWriter:
                     attrs.update(units=_TIME_BASE_UNITS, calendar=self._b_time[c])
                 attrs["comment"] = f"from B ({name}); missing where no pair was found"
                 var.setncatts(attrs)
-                step = max(1, _COPY_CELLS // max(g.inner_size, 1))
-                for a in range(0, g.shape[0], step):
-                    b = min(a + step, g.shape[0])
-                    var[a:b] = arr[a * g.inner_size:b * g.inner_size].reshape((b - a,) + tuple(g.shape[1:]))
+                b_vars.append((c, var))
+            try:
+                outer = g.shape[0] if g.shape else 1
+                for k, a in enumerate(range(0, outer, self._step)):
+                    b = min(a + self._step, outer)
+                    cells = (b - a) * g.inner_size
+                    pairs = self._bucket(k)
+                    local = None if pairs is None else pairs.column("a_row").to_numpy() - a * g.inner_size
+                    for c, var in b_vars:
+                        kind = self._kind[c]
+                        arr = np.full(cells, "", dtype=object) if kind is object else np.full(cells, np.nan, kind)
+                        if pairs is not None:
+                            col = pairs.column(c)
+                            arr[local] = (np.asarray(col.to_pylist(), dtype=object) if kind is object
+                                          else col.to_numpy())
+                        var[a:b] = arr.reshape((b - a,) + tuple(g.shape[1:]))
+            finally:
+                self._discard_spill()
 
 
 def _a_variables(src, dims: Sequence[str], keys: Sequence[str], chosen: Sequence[str]) -> list[str]:

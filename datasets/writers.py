@@ -86,7 +86,7 @@ class Output:
             return
         self._done = True
         try:
-            self._w.close()
+            getattr(self._w, "abort", self._w.close)()  # a writer may drop its work without finishing it
         except Exception:
             pass
         self._discard()
