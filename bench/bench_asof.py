@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -138,18 +137,7 @@ def write_section(a, rows, phases, startup, pairs) -> None:
         lines.append(f"| {name} | {s:.2f} | {rp:.2f}x | {rd:.2f}x |")
     lines += ["", "smerge's own phases (its statistics): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
               + "; start-up (imports): " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()) + "."]
-    text = "\n".join(lines)
-    doc = open(a.write).read()
-    begin, end = "<!-- asof: begin -->", "<!-- asof: end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    else:
-        doc = doc.rstrip("\n") + "\n\n## CGM as a whole process beside polars and pandas as-of joins\n\n" + block + "\n"
-    tmp = a.write + ".tmp-asof"
-    with open(tmp, "w") as f:
-        f.write(doc)
-    os.replace(tmp, a.write)
+    common.replace_section("asof", "\n".join(lines), a.write, heading="CGM as a whole process beside polars and pandas as-of joins")
 
 
 if __name__ == "__main__":

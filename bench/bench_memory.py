@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import resource
 import subprocess
 import sys
@@ -81,18 +80,7 @@ def write_section(a, rows) -> None:
              f"| input | output | MiB at {a.small:,} | MiB at {a.large:,} | ratio |", "|---|---|---|---|---|"]
     for fin, fout, s, l, r in rows:
         lines.append(f"| {fin} | {fout} | {s:.0f} | {l:.0f} | {r:.2f}x{'' if r <= 1.3 else ' (over)'} |")
-    text = "\n".join(lines)
-    doc = open(a.write).read()
-    begin, end = "<!-- memory: begin -->", "<!-- memory: end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    else:
-        doc = doc.rstrip("\n") + "\n\n## Memory against stream length (cgm --local)\n\n" + block + "\n"
-    tmp = a.write + ".tmp-memory"
-    with open(tmp, "w") as f:
-        f.write(doc)
-    os.replace(tmp, a.write)
+    common.replace_section("memory", "\n".join(lines), a.write, heading="Memory against stream length (cgm --local)")
 
 
 if __name__ == "__main__":

@@ -17,8 +17,6 @@ Usage: .venv/bin/python bench/bench_wjoin_where.py [--records 48000] [--repeat 3
 from __future__ import annotations
 
 import argparse
-import os
-import re
 import resource
 import sys
 import time
@@ -123,18 +121,7 @@ def write_section(a, rows) -> None:
         q = QUERIES[r["name"]]
         lines.append(f"| {r['name']}: `{q['where']}` | {r['tuples']:,} | {r['smerge']:.2f} | {r['duckdb']:.2f} | "
                      f"{r['ratio']:.2f}x |")
-    text = "\n".join(lines)
-    doc = open(a.write).read()
-    begin, end = "<!-- wjoin-where: begin -->", "<!-- wjoin-where: end -->"
-    block = f"{begin}\n{text}\n{end}"
-    if begin in doc:
-        doc = re.sub(re.escape(begin) + r".*?" + re.escape(end), lambda _: block, doc, flags=re.S)
-    else:
-        doc = doc.rstrip("\n") + "\n\n## W-join with `--where` (planned predicates)\n\n" + block + "\n"
-    tmp = a.write + ".tmp-wjoin-where"
-    with open(tmp, "w") as f:
-        f.write(doc)
-    os.replace(tmp, a.write)
+    common.replace_section("wjoin-where", "\n".join(lines), a.write, heading="W-join with `--where` (planned predicates)")
 
 
 if __name__ == "__main__":

@@ -92,11 +92,16 @@ def run_measured(cmd: Sequence[str], *, env: dict | None = None) -> tuple[float,
     return wall, int(m.group(1)) if m else -1
 
 
-def replace_section(name: str, text: str, path: Path = BENCHMARKS_MD) -> None:
-    """Replace the text between ``<!-- name: begin -->`` and ``<!-- name: end -->`` (re-read just before)."""
+def replace_section(name: str, text: str, path: Path = BENCHMARKS_MD, *, heading: str | None = None) -> None:
+    """Replace the text between ``<!-- name: begin -->`` and ``<!-- name: end -->`` (re-read just
+    before); without the markers, append them under ``## heading`` when one is given."""
     begin, end = f"<!-- {name}: begin -->", f"<!-- {name}: end -->"
+    path = Path(path)
     doc = path.read_text()
     i, j = doc.find(begin), doc.find(end)
+    if (i < 0 or j < i) and heading:
+        doc = doc.rstrip("\n") + f"\n\n## {heading}\n\n{begin}\n{end}\n"
+        i, j = doc.find(begin), doc.find(end)
     if i < 0 or j < i:
         raise RuntimeError(f"{path}: markers {begin} / {end} not found")
     doc = doc[: i + len(begin)] + "\n" + text.strip("\n") + "\n" + doc[j:]
