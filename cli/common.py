@@ -47,13 +47,41 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
     raise typer.Exit(code or EXIT_OK)
 
 
-def split_list(value: str | None) -> tuple[str, ...] | None:
+def split_list(value: str | None, *, what: str | None = None) -> tuple[str, ...] | None:
     if value is None:
         return None
     items = tuple(s.strip() for s in value.split(",") if s.strip())
     if not items:
-        raise UsageError(f"empty list {value!r}; give names separated by commas")
+        raise UsageError(f"{what + ' is an ' if what else ''}empty list {value!r}; give names separated by commas")
     return items
+
+
+def require_text(value: str | None, what: str) -> str | None:
+    """Refuse an empty (or blank) string given for a path or name option; None passes."""
+    if value is not None and not value.strip():
+        raise UsageError(f"{what} is empty ({value!r}); give a path or name")
+    return value
+
+
+def require_texts(options: dict[str, str | None]) -> None:
+    """``require_text`` for each ``{option name: value}`` (None: not given)."""
+    for what, value in options.items():
+        require_text(value, what)
+
+
+# Upper bounds of integer options (exit 2 beyond them; README and docs/ list them).
+MAX_PARTITIONS = 2**31 - 1  # Spark's partition counts are Java ints
+MAX_BATCH_ROWS = 2**31 - 1  # Arrow readers' batch sizes
+MAX_DELTA_WINDOWS = 10**9
+
+
+def check_int_range(value: int | None, what: str, lo: int, hi: int, *, hint: str = "") -> None:
+    """``value`` (None: not given) must be an integer in [lo, hi]; else exit 2 naming the range."""
+    if value is None:
+        return
+    if not lo <= value <= hi:
+        top = "2^31-1" if hi == 2**31 - 1 else f"{hi:,}"
+        raise UsageError(f"{what} is {value}; give an integer from {lo} to {top}{hint}")
 
 
 def parse_eps(value: str) -> float | str | dict[str, float | str]:

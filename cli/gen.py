@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from smerge.cli.common import run_guarded, split_list
+from smerge.cli.common import require_text, run_guarded, split_list
 
 app = typer.Typer(add_completion=False)
 
@@ -31,16 +31,19 @@ def gen(
 
         from smerge.datasets import check_output_path, format_for, open_output
         from smerge.datasets.outputs import make_temp_file
-        from smerge.datasets.gen import GenParams, generate, write_netcdf
+        from smerge.datasets.gen import GenParams, check_netcdf_names, generate, write_netcdf
         from smerge.errors import UsageError
 
+        require_text(out, "OUT")
         try:
             nlat, nlon = (int(x) for x in grid.split(","))
         except ValueError:
-            raise UsageError(f"--grid {grid!r} is not NLAT,NLON (two integers)") from None
+            raise UsageError(f"--grid {grid!r} is not NLAT,NLON (two integers from 1 to 10^6)") from None
         p = GenParams(records=records, randomize=randomize, displacement=displacement, jitter=jitter, seed=seed,
-                      nlat=nlat, nlon=nlon, variables=split_list(variables) or ("p",))
+                      nlat=nlat, nlon=nlon, variables=split_list(variables, what="--vars"))
         fmt = format_for(out)
+        if fmt == "netcdf":
+            check_netcdf_names(p)
         check_output_path(out, overwrite=overwrite, fmt=fmt)
         if fmt == "netcdf":
             tmp = make_temp_file(out)  # owner-tagged, 0666 minus the umask

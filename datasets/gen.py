@@ -14,6 +14,7 @@ grids, so that eps > 0 is needed). The same arguments and seed give the same byt
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -26,8 +27,27 @@ TIME_UNITS = "hours since 2000-01-01 00:00:00"
 _EPOCH_2000_US = 946684800 * 10**6  # 2000-01-01 00:00 UTC in microseconds since 1970
 
 
+COORDINATES = ("time", "lat", "lon")
+MAX_RECORDS = 10**12  # --records and --displacement: 28 TB of records is far past any test
+MAX_GRID = 10**6  # NLAT and NLON each
+MAX_JITTER = 360.0  # degrees
+_MAX_TIME_STEP = (2**63 - 1 - _EPOCH_2000_US) // (6 * 3600 * 10**6)  # last 6-hourly step in timestamp[us]
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
 @dataclass(frozen=True)
 class GenParams:
+    """Validated at construction; every limit below is exit 2 in the CLI (README, docs/cgm.md).
+
+    ``records`` 1..10^12; ``randomize`` 0..100 (percent); ``displacement`` 0..10^12 records;
+    ``jitter`` 0..360 degrees (finite); ``seed`` an integer >= 0; ``nlat``/``nlon`` 1..10^6;
+    ``variables`` distinct names, none of them time/lat/lon (compared ignoring case, as Spark
+    does), without control characters.
+    """
+
     records: int
     randomize: float = 0.0
     displacement: int = 1000
@@ -38,14 +58,45 @@ class GenParams:
     variables: tuple[str, ...] = ("p", "t", "u")
 
     def __post_init__(self) -> None:
-        if self.records < 1:
-            raise UsageError(f"--records is {self.records}; generate at least 1 record")
-        if not 0 <= self.randomize <= 100:
+        if not _is_int(self.records) or not 1 <= self.records <= MAX_RECORDS:
+            raise UsageError(f"--records is {self.records}; give an integer from 1 to 10^12")
+        if not (isinstance(self.randomize, numbers.Real) and 0 <= self.randomize <= 100):
             raise UsageError(f"--randomize is {self.randomize}; give a percentage from 0 to 100")
-        if self.displacement < 0 or self.jitter < 0:
-            raise UsageError("--displacement and --jitter must be >= 0")
-        if self.nlat < 1 or self.nlon < 1:
-            raise UsageError("--grid needs NLAT,NLON >= 1")
+        if not _is_int(self.displacement) or not 0 <= self.displacement <= MAX_RECORDS:
+            raise UsageError(f"--displacement is {self.displacement}; give a number of records from 0 to 10^12")
+        if not (isinstance(self.jitter, numbers.Real) and 0 <= self.jitter <= MAX_JITTER):
+            raise UsageError(f"--jitter is {self.jitter}; give a finite number of degrees from 0 to {MAX_JITTER:g}")
+        if not _is_int(self.seed) or self.seed < 0:
+            raise UsageError(f"--seed is {self.seed}; give an integer >= 0")
+        for name, n in (("NLAT", self.nlat), ("NLON", self.nlon)):
+            if not _is_int(n) or not 1 <= n <= MAX_GRID:
+                raise UsageError(f"--grid {self.nlat},{self.nlon}: {name} is {n}; give NLAT,NLON from 1 to 10^6 each")
+        steps = -(-self.records // (self.nlat * self.nlon))
+        if steps - 1 > _MAX_TIME_STEP:
+            raise UsageError(f"--records {self.records} on a {self.nlat}x{self.nlon} grid is {steps:,} 6-hourly "
+                             "time steps, past the last date a timestamp holds; use a larger --grid or fewer records")
+        self._check_variables()
+
+    def _check_variables(self) -> None:
+        names = tuple(self.variables)
+        if not names:
+            raise UsageError("--vars is empty; give variable names such as p,t,u")
+        seen: dict[str, str] = {c: c for c in COORDINATES}
+        for v in names:
+            if not isinstance(v, str) or not v.strip() or v != v.strip():
+                raise UsageError(f"--vars name {v!r} is empty or has spaces around it; give names such as p,t,u")
+            if any(ord(c) < 32 or ord(c) == 127 for c in v):
+                raise UsageError(f"--vars name {v!r} has a control character; use printable names")
+            other = seen.get(v.lower())
+            if other in COORDINATES:
+                what = ("is a coordinate column" if other == v else
+                        f"clashes with the coordinate column {other!r} (names differing only in case clash in Spark)")
+                raise UsageError(f"--vars {','.join(names)}: {v!r} {what}; the records already have "
+                                 f"{', '.join(COORDINATES)}, so name the variables otherwise")
+            if other is not None:
+                same = "twice" if other == v else f"and {other!r} (names differing only in case clash in Spark)"
+                raise UsageError(f"--vars {','.join(names)} names {v!r} {same}; give each variable once")
+            seen[v.lower()] = v
 
     @property
     def per_step(self) -> int:
@@ -114,6 +165,26 @@ def generate(p: GenParams, *, batch_rows: int = 262144, raw_time: bool = False) 
         cols = {"time": t, "lat": pa.array(la), "lon": pa.array(lo)}
         cols.update({k: pa.array(v) for k, v in vals.items()})
         yield pa.RecordBatch.from_pydict(cols)
+
+
+def check_netcdf_names(p: GenParams) -> None:
+    """Refuse variable names netCDF cannot hold (or would read as a group path, ``a/b``), before
+    any file is made: each name is tried in a diskless dataset."""
+    import netCDF4
+
+    for v in p.variables:
+        if "/" in v:
+            raise UsageError(f"--vars name {v!r} has a '/', which netCDF reads as a group path; rename it "
+                             "or write .parquet")
+    with netCDF4.Dataset("smerge-gen-names.nc", "w", diskless=True, persist=False) as ds:
+        ds.createDimension("record", 1)
+        for v in p.variables:
+            try:
+                ds.createVariable(v, "f4", ("record",))
+            except (RuntimeError, ValueError) as e:
+                reason = str(e).split(":")[1].strip() if str(e).count(":") >= 1 else str(e)
+                raise UsageError(f"--vars name {v!r} is not a valid netCDF variable name ({reason}); rename it "
+                                 "or write .parquet") from None
 
 
 def write_netcdf(path: str, p: GenParams) -> None:
