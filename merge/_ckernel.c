@@ -185,8 +185,10 @@ static i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i
 
 /* Run CGM passes (spec section 3) until input runs short, output fills, or the merge ends.
  * st: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
- * [5] passes. counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between
- * calls. Returns 0 needs more A, 1 needs more B, 2 output buffers full, 3 merge ended.
+ * [5] passes, [6] A records retired since st[7] was set, [7] report-window stop (0: none).
+ * counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between calls.
+ * Returns 0 needs more A, 1 needs more B, 2 output buffers full, 3 merge ended, 4 the report
+ * window closed (st[6] reached st[7] > 0).
  * work: 4N int64 (sort order + scratch). */
 int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
                       const double *pak, const i64 *par, i64 pa_n, int a_exhausted,
@@ -239,6 +241,13 @@ int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
         pass_m[counts[3]] = m;
         pass_ret_a[counts[3]] = m + ea;
         counts[3] += 1;
+        /* Report-window stop (adaptive K): st[7] > 0 is the number of A records still to retire
+         * before the open report window closes; st[6] counts them. Return 4 after the pass that
+         * closes it, so that the caller may change K before the next pass. */
+        if (st[7] > 0) {
+            st[6] += m + ea;
+            if (st[6] >= st[7]) return 4;
+        }
     }
 }
 

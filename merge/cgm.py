@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
+from smerge.merge.adapt import DeltaController
 from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
@@ -24,7 +25,7 @@ from smerge.merge.stats import MergeStats, ReportWindows
 
 UnmatchedSink = Callable[[str, pa.RecordBatch], None]
 
-_NEED_A, _NEED_B, _FULL, _ENDED = 0, 1, 2, 3
+_NEED_A, _NEED_B, _FULL, _ENDED, _WINDOW = 0, 1, 2, 3, 4
 PASS_LOG = 4096
 
 
@@ -135,6 +136,10 @@ def cgm_merge(
     ``a_row``/``b_row`` when ``params.with_ids``). ``stats`` is filled in as the merge runs
     and complete when the iterator is exhausted. ``compute_kappa_max`` keeps every key in
     memory (O(stream length)) to compute kappa_max at the end.
+
+    With ``params.adapt`` the kernel stops after the pass that closes each report window and
+    ``merge.adapt.DeltaController`` sets K_A, K_B for the next one (spec section 10); every
+    pass is section 3 with the K in force, and ``stats.k_windows`` records it per window.
     """
     t_start = time.perf_counter()
     stats = stats if stats is not None else MergeStats("cgm")
@@ -166,6 +171,24 @@ def cgm_merge(
     work = np.empty(4 * n, np.int64)
     report = ReportWindows(n)
     yield_seconds = 0.0
+    ks = (params.least_increment_a, params.least_increment_b)
+    control = DeltaController(params) if params.adapt else None
+    k_windows = stats.k_windows = []
+
+    def log_passes() -> None:
+        """Group the logged passes into report windows; record the K of each window closed;
+        with adaptation, set the K of the next window and the kernel's report-window stop."""
+        nonlocal ks
+        npass = int(counts[3])
+        report.add_many(pass_m[:npass], pass_ret[:npass])
+        stats.passes += npass
+        counts[3] = 0
+        while len(k_windows) < len(report.kappas):
+            k_windows.append(ks)
+            if control is not None:
+                ks = control.update(report.kappas[len(k_windows) - 1])
+        if control is not None:
+            st[6], st[7] = 0, n - report.open_retired
 
     def emit_unmatched(side: _Side, rows: np.ndarray) -> None:
         if unmatched is not None and rows.size:
@@ -178,9 +201,8 @@ def cgm_merge(
 
     def flush() -> pa.RecordBatch | None:
         """Gather pairs and unmatched records found so far; release rows no longer needed."""
-        npairs, nea, neb, npass = (int(x) for x in counts)
-        report.add_many(pass_m[:npass], pass_ret[:npass])
-        stats.passes += npass
+        log_passes()
+        npairs, nea, neb = (int(x) for x in counts[:3])
         stats.matched += npairs
         stats.a_unmatched += nea
         stats.b_unmatched += neb
@@ -201,17 +223,21 @@ def cgm_merge(
         B.store.release(wbr[: st[1]], B.first_unconsumed_row(int(st[3])))
         return out
 
+    if control is not None:
+        st[6], st[7] = 0, n
     while True:
         status = _kernel.cgm_passes(
             st, wak, war, wbk, wbr,
             A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted,
-            eps, n, params.least_increment_a, params.least_increment_b,
+            eps, n, ks[0], ks[1],
             pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb, work,
         )
         if status == _NEED_A:
             st[2] = A.pull(int(st[2]))
         elif status == _NEED_B:
             st[3] = B.pull(int(st[3]))
+        elif status == _WINDOW:
+            log_passes()
         else:
             out = flush()
             if out is not None and out.num_rows:
@@ -248,6 +274,7 @@ def cgm_merge(
     stats.b_unmatched += B.nan_keys
     report.add_unmatched(A.nan_keys)
     report.finish()
+    k_windows.extend([ks] * (len(report.kappas) - len(k_windows)))  # windows of the end: the last K
     stats.kappas = report.kappas
     stats.report_counts = report.counts
     stats.a_records, stats.b_records = A.records, B.records

@@ -11,6 +11,10 @@ from smerge.errors import UsageError
 DEFAULT_WINDOW_SIZE = 5000
 DEFAULT_LEAST_INCREMENT = 1000
 DEFAULT_DELTA_WINDOWS = 10
+# Upper bounds (README lists them): the engines allocate their window buffers, about 200 bytes
+# per record of N for three keys, up front; a larger N cannot be a real request.
+MAX_WINDOW_SIZE = 10**9
+MAX_DELTA_WINDOWS = 10**9
 NAN_KEY_POLICIES = ("error", "unmatched")
 
 
@@ -55,8 +59,9 @@ class MergeKeys:
 def check_common(p) -> None:
     """Checks shared by the engines' parameter classes (window size, eps, NaN policy, delta)."""
     n = p.window_size
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise UsageError(f"--window is {n}; the window size N must be an integer >= 1")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WINDOW_SIZE:
+        raise UsageError(f"--window is {n}; the window size N must be an integer from 1 to 10^9 "
+                         "(its buffers, about 200 bytes a record, are allocated up front)")
     if len(p.eps) != len(p.keys.a):
         raise UsageError(f"{len(p.eps)} tolerances for {len(p.keys.a)} keys")
     for k, e in zip(p.keys.a, p.eps):
@@ -64,10 +69,12 @@ def check_common(p) -> None:
             raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
     if p.nan_keys not in NAN_KEY_POLICIES:
         raise UsageError(f"--nan-keys is {p.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
-    if p.delta is not None and not (0.0 <= p.delta <= 1.0):
+    if p.delta is not None and (isinstance(p.delta, bool) or not isinstance(p.delta, (int, float))
+                                or not 0.0 <= p.delta <= 1.0):
         raise UsageError(f"--delta is {p.delta}; the allowed drop rate is a fraction in [0, 1]")
-    if p.delta_windows < 1:
-        raise UsageError(f"--delta-windows is {p.delta_windows}; use an integer >= 1")
+    m = p.delta_windows
+    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_DELTA_WINDOWS:
+        raise UsageError(f"--delta-windows is {m}; use an integer from 1 to 10^9")
 
 
 @dataclass(frozen=True)
@@ -75,7 +82,9 @@ class CGMParams:
     """Parameters of the CGM merge (spec section 3).
 
     ``window_size`` is N; ``least_increment_a``/``_b`` are K_A/K_B with 0 < K <= N;
-    ``eps`` has one tolerance per key (in the key's unit).
+    ``eps`` has one tolerance per key (in the key's unit). With ``adapt`` (needs ``delta``) the
+    K's are the starting values, and ``merge.adapt.DeltaController`` moves them within
+    ``adapt_k_range`` between report windows (spec section 10).
     """
 
     keys: MergeKeys
@@ -87,6 +96,7 @@ class CGMParams:
     nan_keys: str = "error"
     delta: float | None = None
     delta_windows: int = DEFAULT_DELTA_WINDOWS
+    adapt: bool = False
     out_batch_rows: int = field(default=65536, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +107,13 @@ class CGMParams:
                 raise UsageError(f"{name} is {k}; the least window increment K must be an integer >= 1")
             if k > n:
                 raise UsageError(f"{name} is {k} but the window size N is {n}; use K <= N")
+        if self.adapt and self.delta is None:
+            raise UsageError("--adapt tunes K to hold the moving drop rate at or under --delta; give --delta D too")
+
+    @property
+    def adapt_k_range(self) -> tuple[int, int]:
+        """The bounds [1, N] within which ``adapt`` moves K_A and K_B (spec section 10)."""
+        return 1, self.window_size
 
     def as_dict(self) -> dict:
         return {
@@ -110,4 +127,5 @@ class CGMParams:
             "nan_keys": self.nan_keys,
             "delta": self.delta,
             "delta_windows": self.delta_windows,
+            **({"adapt": True, "adapt_k_range": list(self.adapt_k_range)} if self.adapt else {}),
         }

@@ -34,6 +34,11 @@ class ReportWindows:
             self.add(0, k)
             count -= k
 
+    @property
+    def open_retired(self) -> int:
+        """A records retired in the open (not yet closed) report window."""
+        return self._retired
+
     def add_many(self, matched: np.ndarray, retired: np.ndarray) -> None:
         for m, r in zip(matched.tolist(), retired.tolist()):
             self.add(m, r)
@@ -94,6 +99,7 @@ class MergeStats:
     passes: int = 0
     kappas: list[float] = field(default_factory=list)
     report_counts: list[tuple[int, int]] = field(default_factory=list)  # (matched, retired) per report window
+    k_windows: list[tuple[int, int]] = field(default_factory=list)  # (K_A, K_B) in force per report window
     kappa_max: float | None = None
     fetch_seconds: float = 0.0
     merge_seconds: float = 0.0
@@ -145,6 +151,9 @@ class MergeStats:
         # drop rate, whose item j ends at report window j + delta_windows - 1).
         out["kappa_per_window"], out["series_stride"] = decimate(self.kappas)
         out["drop_rate_moving"] = [float(x) for x in drop_rate_moving(self.kappas, m)[::out["series_stride"]]]
+        if self.params.get("adapt"):
+            # [K_A, K_B] in force in each report window (spec section 10), thinned like kappa_per_window
+            out["k_per_window"] = [[int(x) for x in k] for k in self.k_windows[::out["series_stride"]]]
         if delta is None:
             del out["delta_ok"]
         if self.kappa_max is None:
