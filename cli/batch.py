@@ -28,7 +28,7 @@ JOB_KEYS = {
     "name": str, "a": str, "b": str, "output": str, "format": str, "keys": (str, list), "keys_b": (str, list),
     "vars_a": (str, list), "vars_b": (str, list), "eps": (int, float, str, dict), "window": int,
     "increment": int, "increment_a": int, "increment_b": int, "with_ids": bool, "nan_keys": str,
-    "delta": (int, float), "delta_windows": int, "unmatched": str, "stats": str, "kappa_max": bool,
+    "delta": (int, float), "delta_windows": int, "adapt": bool, "unmatched": str, "stats": str, "kappa_max": bool,
     "overwrite": bool, "partitions": int,
 }
 PATH_KEYS = ("a", "b", "output", "unmatched", "stats")
@@ -73,6 +73,9 @@ def load_jobs(path: str) -> tuple[dict, list[dict]]:
         for k in ("a", "b"):
             if k not in j:
                 raise UsageError(f"{path}: job {name!r} has no {k!r} (input path)")
+        if j.get("adapt") and j.get("delta") is None:
+            raise UsageError(f"{path}: job {name!r}: adapt = true tunes K to hold the moving drop rate at or under "
+                             "delta; give delta = D too")
         for k in PATH_KEYS:
             if k in j and "://" not in j[k]:
                 j[k] = os.path.join(base, os.path.expanduser(j[k]))
@@ -103,6 +106,7 @@ def make_job(j: dict[str, Any]):
         eps=eps, window_size=j.get("window", 5000), least_increment_a=j.get("increment_a", inc),
         least_increment_b=j.get("increment_b", inc), with_ids=j.get("with_ids", False),
         nan_keys=j.get("nan_keys", "error"), delta=j.get("delta"), delta_windows=j.get("delta_windows", 10),
+        adapt=j.get("adapt", False),
         unmatched=j.get("unmatched"), stats=j.get("stats") or f"{output.rstrip('/' + os.sep)}.stats.json",
         kappa_max=j.get("kappa_max", False), overwrite=j.get("overwrite", False),
         command=f"smerge batch (job {j['name']})",

@@ -32,6 +32,8 @@ StatsOpt = Annotated[Optional[str], typer.Option("--stats", help="Write the run'
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the statistics JSON on stdout instead of the summary.")]
 DeltaOpt = Annotated[Optional[float], typer.Option("--delta", help="Check the best-effort delta-merge: allowed moving drop rate (0-1). Exit 3 when violated.")]
 DeltaWOpt = Annotated[int, typer.Option("--delta-windows", help="M, the number of report windows in the moving average.")]
+AdaptOpt = Annotated[bool, typer.Option("--adapt", help="Tune K_A, K_B between report windows to hold the moving drop "
+                                        "rate at or under --delta at the least merge time (needs --delta; docs/cgm.md).")]
 KappaOpt = Annotated[bool, typer.Option("--kappa-max", help="Also compute kappa_max (full sort-merge; holds all keys in memory).")]
 LocalOpt = Annotated[bool, typer.Option("--local", help="Run in-process, no JVM.")]
 MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]).")]
@@ -67,6 +69,7 @@ def cgm(
     json_: JsonOpt = False,
     delta: DeltaOpt = None,
     delta_windows: DeltaWOpt = 10,
+    adapt: AdaptOpt = False,
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",
     local: LocalOpt = False,
@@ -81,16 +84,19 @@ def cgm(
 
     def body() -> int:
         from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
+        from smerge.merge.params import check_adapt
 
         job = CGMJob(
             a=a, b=b, output=output, format=format, keys_a=split_list(keys), keys_b=split_list(keys_b),
             vars_a=split_list(vars_a), vars_b=split_list(vars_b), eps=parse_eps(eps), window_size=window,
             least_increment_a=increment_a if increment_a is not None else increment,
             least_increment_b=increment_b if increment_b is not None else increment,
-            with_ids=with_ids, nan_keys=nan_keys, delta=delta, delta_windows=delta_windows, unmatched=unmatched,
+            with_ids=with_ids, nan_keys=nan_keys, delta=delta, delta_windows=delta_windows, adapt=adapt,
+            unmatched=unmatched,
             stats=stats, kappa_max=kappa_max, overwrite=overwrite,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
+        check_adapt(adapt, delta)
         spark_conf = parse_conf(conf)
         # URL inputs are opened by Spark's readers, in the session: prepared there.
         check_plot(plot, overwrite=overwrite, inputs=(a, b))

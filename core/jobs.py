@@ -57,6 +57,7 @@ class CGMJob:
     nan_keys: str = "error"
     delta: float | None = None
     delta_windows: int = 10
+    adapt: bool = False
     unmatched: str | None = None
     stats: str | None = None
     kappa_max: bool = False
@@ -157,7 +158,7 @@ def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> Pre
                       keys.a)
     params = CGMParams(keys=keys, eps=eps, window_size=job.window_size, least_increment_a=job.least_increment_a,
                        least_increment_b=job.least_increment_b, with_ids=job.with_ids, nan_keys=job.nan_keys,
-                       delta=job.delta, delta_windows=job.delta_windows)
+                       delta=job.delta, delta_windows=job.delta_windows, adapt=job.adapt)
     output = job.output or default_output(job.a, job.b)
     fmt, unmatched = check_outputs(job, output, src_a)
     write_ids = params.with_ids

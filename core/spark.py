@@ -687,6 +687,9 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.b_nan_keys = sum(r["b_nan_keys"] for r in results)
     stats.passes = sum(r["passes"] for r in results)
     stats.kappas = report_kappas(results, seam["dropped_at"])
+    # The K in force per report window, aligned with the kappas (partitions in key-range order;
+    # with --adapt each task adapts its own K from the starting K).
+    stats.k_windows = [tuple(k) for r in results for k in r.get("k_windows", ())]
     stats.check_accounting()
     if job.kappa_max:
         stats.kappa_max = _frames_kappa_max(spark, plan, frames, scans) if frames else _kappa_max(sc, plan)

@@ -600,6 +600,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         "passes": stats.passes,
         "kappas": list(stats.kappas),
         "windows": list(stats.report_counts),
+        "k_windows": [list(k) for k in stats.k_windows],  # K per report window (each task adapts its own)
         "merge_seconds": stats.merge_seconds,
         "write_seconds": bg.busy_seconds,
         "read_seconds": max(a_it.busy_seconds, b_it.busy_seconds),

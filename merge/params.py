@@ -77,6 +77,12 @@ def check_common(p) -> None:
         raise UsageError(f"--delta-windows is {m}; use an integer from 1 to 10^9")
 
 
+def check_adapt(adapt: bool, delta: float | None) -> None:
+    """Adaptive K (spec section 10) needs the delta target it holds."""
+    if adapt and delta is None:
+        raise UsageError("--adapt tunes K to hold the moving drop rate at or under --delta; give --delta D too")
+
+
 @dataclass(frozen=True)
 class CGMParams:
     """Parameters of the CGM merge (spec section 3).
@@ -107,8 +113,7 @@ class CGMParams:
                 raise UsageError(f"{name} is {k}; the least window increment K must be an integer >= 1")
             if k > n:
                 raise UsageError(f"{name} is {k} but the window size N is {n}; use K <= N")
-        if self.adapt and self.delta is None:
-            raise UsageError("--adapt tunes K to hold the moving drop rate at or under --delta; give --delta D too")
+        check_adapt(self.adapt, self.delta)
 
     @property
     def adapt_k_range(self) -> tuple[int, int]:
