@@ -83,6 +83,11 @@ def cgm(
     """CGM best-effort eps-delta merge of two partially sorted streams (spec section 3)."""
 
     def body() -> int:
+        from smerge.cli.common import MAX_PARTITIONS, check_int_range, require_texts
+
+        require_texts({"-o": output, "--format": format, "--unmatched": unmatched, "--stats": stats,
+                       "--plot": plot, "--master": master}, inputs=(a, b))
+        check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
         from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
         from smerge.merge.params import check_adapt
 

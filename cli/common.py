@@ -56,15 +56,17 @@ def split_list(value: str | None, *, what: str | None = None) -> tuple[str, ...]
     return items
 
 
-def require_text(value: str | None, what: str) -> str | None:
+def require_text(value: str | None, what: str, hint: str = "give a value, or leave the option out") -> str | None:
     """Refuse an empty (or blank) string given for a path or name option; None passes."""
     if value is not None and not value.strip():
-        raise UsageError(f"{what} is empty ({value!r}); give a path or name")
+        raise UsageError(f"{what} is empty ({value!r}); {hint}")
     return value
 
 
-def require_texts(options: dict[str, str | None]) -> None:
-    """``require_text`` for each ``{option name: value}`` (None: not given)."""
+def require_texts(options: dict[str, str | None], *, inputs: Sequence[str | None] = ()) -> None:
+    """``require_text`` for each ``{option name: value}`` (None: not given) and each input path."""
+    for i, path in enumerate(inputs, 1):
+        require_text(path, f"input {i}", "name a file (or a URL)")
     for what, value in options.items():
         require_text(value, what)
 
@@ -72,7 +74,6 @@ def require_texts(options: dict[str, str | None]) -> None:
 # Upper bounds of integer options (exit 2 beyond them; README and docs/ list them).
 MAX_PARTITIONS = 2**31 - 1  # Spark's partition counts are Java ints
 MAX_BATCH_ROWS = 2**31 - 1  # Arrow readers' batch sizes
-MAX_DELTA_WINDOWS = 10**9
 
 
 def check_int_range(value: int | None, what: str, lo: int, hi: int, *, hint: str = "") -> None:

@@ -34,7 +34,7 @@ def gen(
         from smerge.datasets.gen import GenParams, check_netcdf_names, generate, write_netcdf
         from smerge.errors import UsageError
 
-        require_text(out, "OUT")
+        require_text(out, "OUT", "name the output file")
         try:
             nlat, nlon = (int(x) for x in grid.split(","))
         except ValueError:

@@ -69,6 +69,16 @@ def rtm(
     """
 
     def body() -> int:
+        from smerge.cli.common import MAX_PARTITIONS, check_int_range, require_texts
+        from smerge.errors import UsageError
+
+        require_texts({"--server": server, "--token-file": token_file,
+                       "--tls-root-cert": tls_root_cert, "-o": output, "--format": format, "--unmatched": unmatched,
+                       "--stats": stats, "--plot": plot, "--master": master}, inputs=(a, b))
+        if b is None and server is None:
+            raise UsageError("rtm needs B: give a second input to index for this run, or --server URL of a "
+                             "running `smerge serve`")
+        check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
         from smerge.rtm_job import RTMJob, prepare_rtm, run_rtm
 
         job = RTMJob(

@@ -30,6 +30,27 @@ def wjoin_summary(s: dict) -> str:
     return "\n".join(lines)
 
 
+def _check_bounds(window: str | None, pair_windows: list[str], n: int) -> None:
+    """Every bound must be a finite duration (in nanoseconds too): ``1e400`` or ``1e300s`` would
+    overflow; a bound longer than the data's time span already means no bound."""
+    import math
+
+    from smerge.errors import UsageError
+    from smerge.merge.wjoin import _CALENDAR_UNITS_NS, _UNITS_NS, parse_duration
+    from smerge.wjoin_job import parse_pair_window
+
+    bounds = [("--window", window, parse_duration(window))] if window is not None else []
+    if n >= 2:
+        bounds += [("--pair-window", s, parse_pair_window(s, n)[2]) for s in pair_windows]
+    for what, text, d in bounds:
+        if d is None:
+            continue
+        ns_per = {**_UNITS_NS, **_CALENDAR_UNITS_NS}.get(d.unit or "", 1)
+        if not math.isfinite(d.value * ns_per):
+            raise UsageError(f"{what} {text!r} is too large to hold; give a finite duration such as 6h or 2d "
+                             "(a bound longer than the data's time span already means no bound)")
+
+
 @app.command("wjoin")
 def wjoin(
     inputs: Annotated[list[str], typer.Argument(help="Two or more time-ordered streams (netCDF, Parquet, CSV, Arrow IPC).")],
@@ -59,11 +80,17 @@ def wjoin(
     """W-join: every n-tuple, one record per stream, within the window bounds and matching the predicate (spec section 6)."""
 
     def body() -> int:
+        from smerge.cli.common import MAX_BATCH_ROWS, MAX_PARTITIONS, check_int_range, require_texts
+
+        require_texts({"--time": time, "--window": window,
+                       "--where": where, "-o": output, "--format": format, "--stats": stats, "--plot": plot,
+                       "--master": master}, inputs=inputs)
+        check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
+        check_int_range(batch_rows, "--batch-rows", 1, MAX_BATCH_ROWS)
+        _check_bounds(window, pair_window or (), len(inputs))
         from smerge.errors import UsageError
         from smerge.wjoin_job import WJoinJob, prepare, run_local
 
-        if batch_rows < 1:
-            raise UsageError("--batch-rows must be >= 1")
         job = WJoinJob(
             inputs=tuple(inputs), time=split_list(time) or (), window=window, pair_windows=tuple(pair_window or ()),
             on=split_list(on) or (), where=where, aliases=split_list(aliases) or (), with_ids=with_ids,

@@ -84,7 +84,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     params = WJoinParams(n_streams=n, time=tuple(job.time), window=job.window, pair_windows=pairs, on=tuple(job.on),
                          where=job.where, aliases=tuple(job.aliases), with_ids=job.with_ids, method=job.method)
     sources = [open_input(p, batch_rows=job.batch_rows, decode_times=True) for p in job.inputs]
-    plan = make_plan([s.schema for s in sources], params)  # checks columns, time kinds, predicate
+    plan = make_plan([s.schema for s in sources], params, sources=job.inputs)  # columns, time kinds, predicate
     output = job.output or default_output(job.inputs)
     fmt = format_for(output, job.format)
     if fmt == "netcdf":

@@ -111,14 +111,27 @@ def _kind_of(t: pa.DataType) -> str:
 
 # ---- parsing --------------------------------------------------------------------------------
 
-def _normalize(text: str) -> str:
-    """SQL spellings to Python tokens: AND/OR/NOT any case, ``=`` -> ``==``, ``<>`` -> ``!=``."""
+_EXAMPLE = "write e.g. \"S1.p > S2.p and abs(S1.t - S2.t) < 5\""
+
+
+def _normalize(text: str) -> tuple[str, list[int]]:
+    """SQL spellings to Python tokens: AND/OR/NOT any case, ``=`` -> ``==``, ``<>`` -> ``!=``.
+
+    Returns the Python source and the positions (0-based, in the source) of the characters the
+    ``=`` -> ``==`` rewrite inserted, so that error columns point into the user's text; every
+    other rewrite keeps lengths (and untokenize keeps the tokens' positions)."""
     text = text.replace("<>", "!=")
-    text = re.sub(r"(?<![<>!=])=(?!=)", "==", text)
+    inserted: list[int] = []
+
+    def eq(m: re.Match) -> str:
+        inserted.append(m.start() + len(inserted) + 1)
+        return "=="
+
+    text = re.sub(r"(?<![<>!=])=(?!=)", eq, text)
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(text).readline))
-    except (tokenize.TokenError, IndentationError, SyntaxError) as e:
-        raise ExprError(f"--where: syntax error ({e}); write e.g. \"S1.p > S2.p and abs(S1.t - S2.t) < 5\"") from None
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return text, inserted  # ast.parse reports it, with its column
     out = []
     prev = None
     for tok in toks:
@@ -128,23 +141,41 @@ def _normalize(text: str) -> str:
             tok = tok._replace(string={"true": "True", "false": "False"}.get(low, low))
         out.append(tok)
         prev = tok
-    return tokenize.untokenize(out)
+    return tokenize.untokenize(out), inserted
+
+
+def _syntax_error(e: SyntaxError, text: str, lead: int, inserted: list[int]) -> ExprError:
+    """The user's column (1-based) of a syntax error in the normalized source."""
+    msg = (e.msg or "invalid syntax").split(" (detected at")[0]
+    if not e.offset or e.offset < 1 or e.offset > len(text.rstrip()) + len(inserted):
+        where = f"at the end (column {len(text.rstrip()) + 1})"
+    else:
+        j = e.offset - 1
+        where = f"at column {lead + j - sum(1 for q in inserted if q <= j) + 1}"
+    return ExprError(f"--where: syntax error {where}: {msg}, in {text!r}; {_EXAMPLE}")
+
+
+# Integer literals must fit the int64 columns they meet (pyarrow cannot hold a larger one).
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def parse_expr(text: str, aliases: Sequence[str], schemas: Sequence[pa.Schema]) -> Node:
     """Parse ``text`` into a typed tree; columns resolve against ``aliases``/``schemas``.
 
-    Raises ``ExprError`` (exit code 2) for syntax errors, unknown aliases or columns, attribute
-    access beyond ``ALIAS.col``, calls of anything but ``abs``, and type mismatches.
+    Raises ``ExprError`` (exit code 2) for syntax errors (with the column in ``text``), unknown
+    aliases or columns, attribute access beyond ``ALIAS.col``, calls of anything but ``abs``,
+    integer literals outside int64, and type mismatches.
     """
     if not text or not text.strip():
         raise ExprError("--where is empty; give a predicate such as \"S1.p > S2.p\"")
-    src = _normalize(text.strip())
+    # One line, so that a column is a position in the text (line breaks and tabs are spaces).
+    flat = text.translate({ord("\n"): " ", ord("\r"): " ", ord("\t"): " "})
+    lead = len(flat) - len(flat.lstrip())
+    src, inserted = _normalize(flat.strip())
     try:
         tree = ast.parse(src, mode="eval")
     except SyntaxError as e:
-        raise ExprError(f"--where: syntax error at column {e.offset or '?'} in {text!r}; "
-                        "write e.g. \"S1.p > S2.p and abs(S1.t - S2.t) < 5\"") from None
+        raise _syntax_error(e, text, lead, inserted) from None
     lookup = {a.lower(): i for i, a in enumerate(aliases)}
     node = _build(tree.body, text, lookup, aliases, schemas)
     if node.kind != "bool":
@@ -178,12 +209,18 @@ def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas:
         v = n.value
         if isinstance(v, bool):
             return Lit(v, "bool")
+        if isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]:
+            raise ExprError(f"--where: integer {v} is out of range (-2^63 to 2^63-1); write it as a float, "
+                            f"e.g. {float(v):g}")
         if isinstance(v, (int, float)):
             return Lit(v, "num")
         if isinstance(v, str):
             return Lit(v, "str")
         raise ExprError(f"--where: literal {v!r} is not allowed; use numbers, strings, true/false")
     if isinstance(n, ast.UnaryOp):
+        if isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant) \
+                and type(n.operand.value) is int and n.operand.value == 2**63:
+            return Lit(-(2**63), "num")  # the smallest int64, whose absolute value is not one
         x = rec(n.operand)
         if isinstance(n.op, ast.Not):
             _need(x, "bool", "not", text)

@@ -231,14 +231,17 @@ class WJoinStats:
 
 # ---- the plan: everything derived from params + schemas, once ------------------------------
 
-def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str]) -> str:
+def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str],
+               sources: Sequence[str] | None = None) -> str:
     """One time representation for all streams: "datetime" (int64 ns; some stream has ns
     timestamps), "datetime_us" (int64 us: every timestamp is s/ms/us or a date, e.g. decoded CF
     times), "cf:<calendar>" (decoded CF times in a non-standard calendar, int64 us), "int" or
-    "float". A "+cf" suffix marks decoded CF times (plain-number bounds are refused)."""
+    "float". A "+cf" suffix marks decoded CF times (plain-number bounds are refused).
+    ``sources`` (the inputs' paths, optional) name the streams in the messages."""
     kinds: dict[str, list[str]] = {}
     cf = False
-    for s, c, a in zip(schemas, cols, aliases):
+    names = [f"{a} ({src})" if src else a for a, src in zip(aliases, sources or [None] * len(aliases))]
+    for s, c, a, name in zip(schemas, cols, aliases, names):
         if c not in s.names:
             raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time)")
         f = s.field(c)
@@ -255,8 +258,8 @@ def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Seque
         elif pa.types.is_floating(t):
             k = "float"
         else:
-            raise UsageError(f"{a}: time column {c!r} has type {t}; it must be numeric or a datetime")
-        kinds.setdefault(k, []).append(f"{a} ({c}: {_kind_words(k)})")
+            raise UsageError(f"{name}: time column {c!r} has type {t}; it must be numeric or a datetime")
+        kinds.setdefault(k, []).append(f"{name} has {c!r} as {_kind_words(k)}")
     groups = {("time" if k.startswith(("datetime", "cf:")) else "number") for k in kinds}
     cals = [k for k in kinds if k.startswith("cf:")]
     if len(groups) > 1 or len(cals) > 1 or (cals and len(kinds) > 1):
@@ -294,11 +297,11 @@ class _Plan:
     aliases: tuple[str, ...] = ()
 
 
-def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams) -> _Plan:
+def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Sequence[str] | None = None) -> _Plan:
     n = params.n_streams
     if len(schemas) != n:
         raise UsageError(f"{len(schemas)} schemas for {n} streams")
-    kind = _time_kind(schemas, params.time, params.aliases)
+    kind = _time_kind(schemas, params.time, params.aliases, sources)
     g = params.constraint_graph()
     inf = math.inf
     w = np.full((n, n), inf)
@@ -503,7 +506,7 @@ def wjoin(streams: Sequence[Iterable[pa.RecordBatch]], schemas: Sequence[pa.Sche
     about one input batch per stream. ``trace`` (diagnostics, tests): a list that receives, per
     chunk, ``(arrival streams, arrival row ids, [(row ids dropped, arrival index) per stream])``.
     """
-    plan = make_plan(schemas, params)
+    plan = make_plan(schemas, params, sources=sources)
     return _run(plan, streams, schemas, params, stats if stats is not None else WJoinStats(), sources, output_rows,
                 trace)
 

@@ -81,3 +81,67 @@ def test_gen_bad_options(tmp_path, capsys, monkeypatch, out, opts, words):
         opts = ["--records", "10"] + opts
     rc, _, err = run_cli(capsys, "gen", out, *opts)
     assert_usage_error(rc, err, words, tmp_path, [])
+
+
+# ---- cgm, rtm, wjoin: numeric options, empty strings, messages ------------------------------
+
+MERGE = ["{a}", "{b}", "--keys", "k", "--local"]
+WJOIN = ["wjoin", "{a}", "{b}", "--time", "time", "--local"]
+
+CASES = [
+    # (command line, words in the one stderr line)
+    (["cgm", *MERGE, "--window", "99999999999999"], "the window size N must be an integer from 1 to 10^9"),
+    (["cgm", *MERGE, "--window", "99999999999999999999999"], "from 1 to 10^9"),
+    (["rtm", *MERGE, "--window", "99999999999999"], "from 1 to 10^9"),
+    (["cgm", *MERGE, "--delta", "0.1", "--delta-windows", "99999999999999999999"],
+     "--delta-windows is 99999999999999999999; use an integer from 1 to 10^9"),
+    (["cgm", *MERGE, "--partitions", "0"], "--partitions is 0; give an integer from 1 to 2^31-1"),
+    (["cgm", *MERGE, "--partitions", "99999999999"], "from 1 to 2^31-1"),
+    (["rtm", *MERGE, "--partitions", "-3"], "--partitions is -3"),
+    (["wjoin", "{a}", "{b}", "--time", "time", "--window", "1h", "--local", "--partitions", "0"], "--partitions is 0"),
+    (["cgm", *MERGE, "-o", ""], "-o is empty"),
+    (["cgm", *MERGE, "--stats", ""], "--stats is empty"),
+    (["cgm", *MERGE, "--unmatched", " "], "--unmatched is empty"),
+    (["cgm", *MERGE, "--format", ""], "--format is empty"),
+    (["cgm", *MERGE, "--master", ""], "--master is empty"),
+    (["cgm", "", "{b}", "--keys", "k", "--local"], "input 1 is empty"),
+    (["rtm", "{a}", "", "--keys", "k", "--local"], "input 2 is empty"),
+    (["rtm", *MERGE, "--token-file", ""], "--token-file is empty"),
+    (["rtm", "{a}", "--keys", "k", "--local"], "rtm needs B: give a second input to index for this run, or --server"),
+    ([*WJOIN, "--window", "1e400"], "--window '1e400' is too large to hold"),
+    ([*WJOIN, "--window", "1e300s"], "is too large to hold"),
+    ([*WJOIN, "--window", "1h", "--pair-window", "1,2=1e300d"], "--pair-window '1,2=1e300d' is too large"),
+    ([*WJOIN, "--window", "1h", "--batch-rows", "99999999999"], "--batch-rows is 99999999999; give an integer from 1"),
+    ([*WJOIN, "--window", "1h", "--batch-rows", "0"], "--batch-rows is 0"),
+    ([*WJOIN, "--window", "1h", "--where", ""], "--where is empty"),
+    ([*WJOIN, "--window", ""], "--window is empty"),
+    (["wjoin", "{a}", "", "--time", "time", "--window", "1h", "--local"], "input 2 is empty"),
+    # --where parse errors give the column in the user's text (was "at column ?")
+    ([*WJOIN, "--window", "1h", "--where", "S1.k >"], "syntax error at the end (column 7)"),
+    ([*WJOIN, "--window", "1h", "--where", "S1.k = = 2"], "syntax error at column 8"),
+    ([*WJOIN, "--window", "1h", "--where", "S1.k >= S2.k AND"], "at the end (column 17)"),
+    ([*WJOIN, "--window", "1h", "--where", "(S1.k > 1"], "at column 1: '(' was never closed"),
+    ([*WJOIN, "--window", "1h", "--where", "S1.x > 99999999999999999999999"], "integer 99999999999999999999999 is out "
+                                                                                "of range"),
+]
+
+
+@pytest.mark.parametrize("argv, words", CASES, ids=[" ".join(a[:1] + a[5:]) for a, _ in CASES])
+def test_bad_options(data, capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(data)
+    before = sorted(os.listdir(data))
+    argv = [x.format(a=data / "a.parquet", b=data / "b.parquet") for x in argv]
+    if "-o" not in argv:
+        argv += ["-o", str(data / "out.parquet")]
+    rc, _, err = run_cli(capsys, *argv)
+    assert_usage_error(rc, err, words, data, before)
+
+
+def test_wjoin_time_mix_names_the_streams(data, capsys):
+    """Streams whose time columns cannot be compared: the message names each stream's file."""
+    pq.write_table(pa.table({"time": np.arange(5, dtype=np.int64), "v": np.arange(5.0)}), data / "ints.parquet")
+    before = sorted(os.listdir(data))
+    rc, _, err = run_cli(capsys, "wjoin", data / "a.parquet", data / "ints.parquet", "--time", "time",
+                         "--window", "1h", "--local", "-o", data / "out.parquet")
+    assert_usage_error(rc, err, ["time columns cannot be compared", f"S1 ({data / 'a.parquet'}) has 'time' as",
+                                 f"S2 ({data / 'ints.parquet'}) has 'time' as integer"], data, before)
