@@ -37,8 +37,14 @@ def sweep(wa, wb, eps):
     return out, i, j
 
 
-def cgm_reference(keys_a, keys_b, n, ka, kb, eps):
-    """Returns (pairs [(a_row, b_row)], unmatched_a rows, unmatched_b rows, passes [(m, retired_a)])."""
+def cgm_reference(keys_a, keys_b, n, ka, kb, eps, k_schedule=None):
+    """Returns (pairs [(a_row, b_row)], unmatched_a rows, unmatched_b rows, passes [(m, retired_a)]).
+
+    ``k_schedule`` (adaptive K, spec section 10): the (K_A, K_B) of each report window in turn
+    (a window closes once >= n records of A were retired in it); the last one holds after the
+    list ends. Without it, every pass uses ``ka``, ``kb``.
+    """
+    window, retired_in_window = 0, 0
     A = [(tuple(k), r) for r, k in enumerate(keys_a)]
     B = [(tuple(k), r) for r, k in enumerate(keys_b)]
     pa = pb = 0
@@ -61,11 +67,16 @@ def cgm_reference(keys_a, keys_b, n, ka, kb, eps):
         a_behind, b_behind = i >= len(wa), j >= len(wb)
         wa = [r for t, r in enumerate(wa) if t not in ma]
         wb = [r for t, r in enumerate(wb) if t not in mb]
+        if k_schedule:
+            ka, kb = k_schedule[min(window, len(k_schedule) - 1)]
         ea = max(0, ka - m) if a_behind else 0
         eb = max(0, kb - m) if b_behind else 0
         ua += [r[1] for r in wa[:ea]]
         ub += [r[1] for r in wb[:eb]]
         passes.append((m, m + len(wa[:ea])))  # pairs, A records retired
+        retired_in_window += passes[-1][1]
+        if retired_in_window >= n:
+            window, retired_in_window = window + 1, 0
         wa, wb = wa[ea:], wb[eb:]
     ua += [r[1] for r in wa] + [r[1] for r in A[pa:]]
     ub += [r[1] for r in wb] + [r[1] for r in B[pb:]]
