@@ -48,7 +48,16 @@ class ArrowIPCBackend:
         try:
             file_schema = self._schema(path)
         except (OSError, pa.ArrowException) as e:
-            raise InputError(f"{path}: cannot read as Arrow IPC ({e}); the file may be truncated or corrupt") from None
+            with open(path, "rb") as f:
+                head = f.read(8)
+            if not head:
+                raise InputError(f"{path}: is empty (0 bytes), not an Arrow IPC file; "
+                                 "write it again, or leave it out") from None
+            if not head.startswith((b"ARROW1", b"\xff\xff\xff\xff")):
+                raise InputError(f"{path}: not readable as Arrow IPC: it does not start with the Arrow file or stream "
+                                 "marker, so the file is corrupt or truncated, or not Arrow IPC despite its "
+                                 "extension") from None
+            raise InputError(f"{path}: not readable as Arrow IPC ({e}); the file is corrupt or truncated") from None
         schema, columns, key_names = resolve_columns(path, file_schema, keys, variables)
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:

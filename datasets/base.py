@@ -127,8 +127,25 @@ def read_magic(path: str) -> bytes:
         raise InputError(f"{path}: cannot be read ({e.strerror}); check its permissions") from None
 
 
+_FORMAT_NAMES = {"netcdf": "netCDF", "parquet": "Parquet", "arrow": "Arrow IPC", "csv": "CSV"}
+
+
+def _is_text(magic: bytes) -> bool:
+    import codecs
+
+    if b"\x00" in magic:
+        return False
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(magic, final=False)  # a cut character at the end is fine
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def guess_backend(path: str, fmt: str | None = None) -> Backend:
-    """The backend for ``path``: the one named by ``fmt``, else by content, else by extension."""
+    """The backend for ``path``: the one named by ``fmt``, else by content (magic number, then
+    CSV sniffing), else by extension. A file whose extension names a format its content does
+    not match is refused as not readable in that format (corrupt, truncated, or misnamed)."""
     regs = backends()
     if fmt is not None:
         if fmt not in regs:
@@ -136,11 +153,24 @@ def guess_backend(path: str, fmt: str | None = None) -> Backend:
         return regs[fmt]
     magic = read_magic(path)
     # Formats with a magic number first; CSV (which can only be sniffed) last.
-    for b in sorted(regs.values(), key=lambda b: b.name == "csv"):
+    ordered = sorted(regs.values(), key=lambda b: b.name == "csv")
+    # 1. By content alone: with no path, a backend has no extension to go by.
+    if magic:
+        for b in ordered:
+            if b.guess_can_open("", magic):
+                return b
+    # 2. By extension (or a URL scheme), for what the content does not tell.
+    for b in ordered:
         if b.guess_can_open(path, magic):
             return b
-    exts = sorted({e for b in regs.values() for e in b.extensions})
-    raise InputError(
-        f"{path}: not a supported format (netCDF, Parquet, CSV, Arrow IPC); "
-        f"convert it or give it one of the extensions {' '.join(exts)}"
-    )
+    low = path.lower()
+    named = [b for b in ordered if low.endswith(tuple(getattr(b, "extensions", ())))]
+    if named:
+        what = _FORMAT_NAMES.get(named[0].name, named[0].name)
+        raise InputError(f"{path}: not readable as {what}: its first bytes are not a {what} header, so the file "
+                         f"is corrupt or truncated, or not {what} despite its extension")
+    if _is_text(magic):
+        raise InputError(f"{path}: not a supported format (netCDF, Parquet, Arrow IPC, or CSV with a comma or tab "
+                         "in its header line); if it is a one-column CSV file, name it .csv")
+    raise InputError(f"{path}: not a supported format: its first bytes match none of netCDF, Parquet or Arrow IPC, "
+                     "and it is not text (CSV); convert it, or check that it is not compressed or corrupt")

@@ -65,11 +65,23 @@ class CSVBackend:
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
+        from smerge.datasets.base import MAGIC_BYTES, _is_text
+
+        with open(path, "rb") as f:
+            head = f.read(MAGIC_BYTES)
+            if not head:
+                raise InputError(f"{path}: is empty (0 bytes), not a CSV file with a header row; write it again, "
+                                 "or leave it out")
+            if not _is_text(head):
+                raise InputError(f"{path}: not readable as CSV: it holds binary data, not UTF-8 text, so the file is "
+                                 "corrupt, compressed, or not CSV despite its extension")
         try:
             reader = self._reader(path)
             file_schema = reader.schema
         except (OSError, pa.ArrowException) as e:
             raise InputError(f"{path}: cannot read as CSV ({e}); check that it is a CSV file with a header row") from None
+        if any(pa.types.is_null(f.type) for f in file_schema):
+            _check_inferred_types(path, reader, file_schema, keys)
         schema, columns, key_names = resolve_columns(path, file_schema, keys, variables)
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
@@ -87,6 +99,28 @@ class CSVBackend:
 
         return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=None,
                            outer_size=None, inner_size=1, open_batches=batches)
+
+
+def _check_inferred_types(path: str, reader, file_schema: pa.Schema, keys: Sequence[str] | None) -> None:
+    """CSV has no types: pyarrow infers them from the first block, and a column without a value
+    there has none (``null``). A header-only file has no types at all: refused with a clear
+    message rather than read as zero records of unknown types (an empty Parquet or Arrow file
+    keeps its types and reads as zero records)."""
+    try:
+        first = reader.read_next_batch()
+    except StopIteration:
+        first = None
+    except (OSError, pa.ArrowException):
+        return  # reported when the rows are read
+    if first is None or first.num_rows == 0:
+        raise InputError(f"{path}: a header ({', '.join(file_schema.names)}) and no data rows, so its column types "
+                         "cannot be known (CSV stores none); for an empty input write an empty Parquet or Arrow "
+                         "file, which keeps the types, or leave the file out")
+    empty = [k for k in keys or () if k in file_schema.names and pa.types.is_null(file_schema.field(k).type)]
+    if empty:
+        raise InputError(f"{path}: key column {', '.join(map(repr, empty))} has no values in the first rows, so its "
+                         "type cannot be inferred (CSV stores none); fill the missing keys or convert the file to "
+                         "Parquet")
 
 
 LINE_BLOCK = 16 << 20

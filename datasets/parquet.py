@@ -17,7 +17,9 @@ class ParquetBackend:
     extensions = (".parquet", ".pq")
 
     def guess_can_open(self, path: str, magic: bytes) -> bool:
-        return magic.startswith(b"PAR1") or (not magic and path.lower().endswith(self.extensions))
+        # By extension too: guess_backend asks by content first, so a .parquet file that gets
+        # here matched no format and is reported by open() as not readable as Parquet.
+        return magic.startswith(b"PAR1") or path.lower().endswith(self.extensions)
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
@@ -26,7 +28,15 @@ class ParquetBackend:
         try:
             pf = pq.ParquetFile(path)
         except (OSError, pa.ArrowException) as e:
-            raise InputError(f"{path}: cannot read as Parquet ({e}); the file may be truncated or corrupt") from None
+            with open(path, "rb") as f:
+                head = f.read(4)
+            if not head:
+                raise InputError(f"{path}: is empty (0 bytes), not a Parquet file; "
+                                 "write it again, or leave it out") from None
+            if head != b"PAR1":
+                raise InputError(f"{path}: not readable as Parquet: it does not start with the Parquet marker PAR1, "
+                                 "so the file is corrupt or truncated, or not Parquet despite its extension") from None
+            raise InputError(f"{path}: not readable as Parquet ({e}); the file is truncated or corrupt") from None
         schema, columns, key_names = resolve_columns(path, pf.schema_arrow, keys, variables)
         n = pf.metadata.num_rows
 

@@ -145,3 +145,64 @@ def test_wjoin_time_mix_names_the_streams(data, capsys):
                          "--window", "1h", "--local", "-o", data / "out.parquet")
     assert_usage_error(rc, err, ["time columns cannot be compared", f"S1 ({data / 'a.parquet'}) has 'time' as",
                                  f"S2 ({data / 'ints.parquet'}) has 'time' as integer"], data, before)
+
+
+# ---- inputs: corrupt, misnamed, empty, header-only ------------------------------------------
+
+def _parquet_head(data, n):
+    return (data / "a.parquet").read_bytes()[:n]
+
+
+INPUT_CASES = [
+    # (file name, its bytes (or a function of the data folder), words)
+    ("x.parquet", b"hello world\n", "x.parquet: not readable as Parquet: it does not start with the Parquet marker"),
+    ("x.parquet", lambda d: _parquet_head(d, 300), ["not readable as Parquet (", "the file is truncated or corrupt"]),
+    ("x.parquet", b"", "x.parquet: is empty (0 bytes), not a Parquet file"),
+    ("x.arrow", b"garbage\n", "x.arrow: not readable as Arrow IPC: it does not start with the Arrow file or stream"),
+    ("x.arrow", b"", "is empty (0 bytes), not an Arrow IPC file"),
+    ("x.csv", b"\x00\x01\x02binary", "x.csv: not readable as CSV: it holds binary data"),
+    ("x.csv", b"\x1f\x8b\x08\x00gzipped", "not readable as CSV: it holds binary data"),
+    ("x.csv", b"", "is empty (0 bytes), not a CSV file"),
+    ("x.nc", b"garbage\n", "x.nc: not readable as netCDF: its first bytes are not a netCDF header"),
+    ("x.bin", b"\x00\x13garbage", "x.bin: not a supported format: its first bytes match none of"),
+    ("x.dat", b"k\n1\n2\n", "if it is a one-column CSV file, name it .csv"),
+    # a header-only CSV has no types: a clear message (an empty Parquet file keeps its types)
+    ("x.csv", b"time,k,x\n", "x.csv: a header (time, k, x) and no data rows, so its column types cannot be known"),
+    ("x.csv", b"time,k,x\n\n", "and no data rows"),
+    ("x.csv", b"time,k,x\n2000-01-01,,1\n", "key column 'k' has no values in the first rows"),
+]
+
+
+@pytest.mark.parametrize("name, content, words", INPUT_CASES,
+                         ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(INPUT_CASES)])
+@pytest.mark.parametrize("command", ["cgm", "wjoin"])
+def test_bad_inputs(data, capsys, command, name, content, words):
+    path = data / name
+    path.write_bytes(content(data) if callable(content) else content)
+    before = sorted(os.listdir(data))
+    if command == "cgm":
+        argv = ["cgm", path, data / "b.parquet", "--keys", "k", "--local"]
+    else:
+        if "key column 'k'" in str(words):
+            pytest.skip("wjoin has no key columns")
+        argv = ["wjoin", path, data / "b.parquet", "--time", "time", "--window", "1h", "--local"]
+    rc, _, err = run_cli(capsys, *argv, "-o", data / "out.parquet")
+    assert_usage_error(rc, err, words, data, before)
+
+
+def test_content_decides_before_the_extension(data, capsys):
+    """A Parquet file named .arrow or .csv, and an Arrow file named .parquet, are read by content;
+    an empty Parquet file (its types known) is zero records, exit 0."""
+    t = pq.read_table(data / "a.parquet")
+    (data / "pq.arrow").write_bytes((data / "a.parquet").read_bytes())
+    (data / "pq.csv").write_bytes((data / "a.parquet").read_bytes())
+    with pa.OSFile(str(data / "ar.parquet"), "wb") as f:
+        with pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+    pq.write_table(t.slice(0, 0), data / "empty.parquet")
+    for name, n in (("pq.arrow", 50), ("pq.csv", 50), ("ar.parquet", 50), ("empty.parquet", 0)):
+        rc, out, err = run_cli(capsys, "cgm", data / name, data / "b.parquet", "--keys", "k", "--local", "--json",
+                               "-o", data / f"out-{name}.parquet")
+        assert rc == 0, err
+        assert f'"a_records": {n}' in out
+
