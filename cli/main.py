@@ -6,6 +6,7 @@ import importlib
 import sys
 
 import typer
+import typer.main
 
 app = typer.Typer(
     name="smerge",
@@ -46,6 +47,22 @@ def _root() -> None:
 def _is_usage_error(e: BaseException) -> bool:
     # Typer may vendor Click; match Click's UsageError family by name, not by import.
     return any(c.__name__ == "UsageError" for c in type(e).__mro__) and hasattr(e, "format_message")
+
+
+def _command_path(e: BaseException, argv: list[str] | None) -> str:
+    """The full command a usage error belongs to, e.g. ``smerge index build`` (Click's context
+    knows it; an option missing its value has no context: the command names leading argv)."""
+    path = getattr(getattr(e, "ctx", None), "command_path", None)
+    if path:
+        return path
+    cmd, words = typer.main.get_command(app), ["smerge"]
+    for arg in sys.argv[1:] if argv is None else argv:
+        sub = getattr(cmd, "commands", {}).get(arg)
+        if sub is None:
+            break
+        cmd = sub
+        words.append(arg)
+    return " ".join(words)
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -108,10 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `smerge`: the help, as Click prints it
             print(e.format_message(), file=sys.stderr)
             return 2
-        ctx = getattr(e, "ctx", None)
-        name = getattr(ctx, "info_name", None)
-        cmd = f" {name}" if name and name != "smerge" else ""
-        print(f"smerge: error: {e.format_message()} (see smerge{cmd} --help)", file=sys.stderr)
+        print(f"smerge: error: {e.format_message()} (see {_command_path(e, argv)} --help)", file=sys.stderr)
         return 2
     return rv if isinstance(rv, int) else 0
 

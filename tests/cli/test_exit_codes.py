@@ -206,3 +206,19 @@ def test_content_decides_before_the_extension(data, capsys):
         assert rc == 0, err
         assert f'"a_records": {n}' in out
 
+
+# ---- Click's usage errors point at the right command's help ---------------------------------
+
+@pytest.mark.parametrize("argv, words", [
+    (["index", "build", "{b}"], "Missing option '-o' / '--output'. (see smerge index build --help)"),
+    (["index", "build", "{b}", "--bogus", "-o", "idx"], "(see smerge index build --help)"),
+    (["index", "build", "{b}", "-o"], "Option '-o' requires an argument. (see smerge index build --help)"),
+    (["cgm", "{a}", "{b}", "--window"], "Option '--window' requires an argument. (see smerge cgm --help)"),
+    (["gen", "g.parquet", "--records", "1e999"], "(see smerge gen --help)"),
+    (["index", "bogus"], "No such command 'bogus'. (see smerge index --help)"),
+])
+def test_usage_errors_name_the_full_command(data, capsys, monkeypatch, argv, words):
+    monkeypatch.chdir(data)
+    before = sorted(os.listdir(data))
+    rc, _, err = run_cli(capsys, *[x.format(a=data / "a.parquet", b=data / "b.parquet") for x in argv])
+    assert_usage_error(rc, err, words, data, before)
