@@ -18,8 +18,8 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, parse_conf, parse_eps,
-                               progress_enabled, run_guarded, split_list, tqdm_progress)
+from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, choose_route, parse_conf, parse_eps,
+                               progress_enabled, record_route, run_guarded, split_list, tqdm_progress)
 from smerge.errors import SmergeError, UsageError
 
 app = typer.Typer(add_completion=False)
@@ -141,7 +141,9 @@ def check_batch_paths(jobs: list[dict[str, Any]], summary_path: str) -> None:
 @app.command("batch")
 def batch(
     jobs_file: Annotated[str, typer.Argument(help="TOML file with [spark], [defaults] and [[job]] tables.")],
-    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (overrides [spark] master; default local[*]).")] = None,
+    master: Annotated[Optional[str], typer.Option("--master", help="Spark master URL (overrides [spark] master). Default auto: "
+                                                  "every job in-process when all jobs' local inputs total at most the "
+                                                  "threshold of `smerge cgm --master`, else one Spark local[*] session.")] = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions per job (overrides the file).")] = None,
     conf: Annotated[Optional[list[str]], typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable; overrides the file).")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run every job in-process, no JVM.")] = False,
@@ -151,7 +153,7 @@ def batch(
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Spark's own log output.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected errors.")] = False,
 ) -> None:
-    """Run several CGM merges from a TOML file in one Spark session; one stats JSON per job."""
+    """Run several CGM merges from a TOML file in one Spark session (or, small inputs, in-process); one stats JSON per job."""
 
     def body() -> int:
         spark_cfg, jobs = load_jobs(jobs_file)
@@ -162,7 +164,20 @@ def batch(
             raise UsageError(f"{jobs_file}: [spark] conf must be a table of KEY = \"VALUE\"")
         spark_conf = {str(k): str(v) for k, v in file_conf.items()}
         spark_conf.update(parse_conf(conf))
-        the_master = master or spark_cfg.get("master") or "local[*]"
+        # One route for the whole file (one session or none): auto decides on all jobs' inputs.
+        from smerge.jobs import needs_spark_readers
+
+        readers = False
+        if not local:
+            for j in jobs:
+                try:
+                    readers = readers or needs_spark_readers(make_job(j), spark_conf)
+                except SmergeError:
+                    pass  # the job fails on its own when it runs
+        route = choose_route(local=local, master=master or spark_cfg.get("master"),
+                             inputs=[p for j in jobs for p in (j["a"], j["b"])], conf=spark_conf,
+                             spark_readers=readers)
+        on_spark, the_master = route.spark, route.master
         default_parts = partitions or spark_cfg.get("partitions")
         bar = tqdm_progress(progress_enabled(progress))
         session = None
@@ -173,12 +188,14 @@ def batch(
                 rec: dict[str, Any] = {"name": j["name"], "a": j["a"], "b": j["b"]}
                 t = time.perf_counter()
                 try:
-                    from smerge.jobs import needs_spark_readers, prepare, run_local
+                    from smerge.jobs import needs_spark_readers, prepare, run_local, with_absolute_paths
 
-                    cj = make_job(j)
+                    cj = make_job(j)  # paths in the file are already absolute (load_jobs)
+                    if on_spark:
+                        cj = with_absolute_paths(cj)
                     rec["output"], rec["stats"] = cj.output, cj.stats
-                    prep = cj if not local and needs_spark_readers(cj, spark_conf) else prepare(cj)
-                    if local:
+                    prep = cj if on_spark and needs_spark_readers(cj, spark_conf) else prepare(cj)
+                    if not on_spark:
                         result = run_local(prep, progress=bar)
                     else:
                         from smerge.spark import run_cgm_spark, split_conf, start_session
@@ -189,6 +206,7 @@ def batch(
                             session_seconds = time.perf_counter() - t0
                         result = run_cgm_spark(prep, partitions=j.get("partitions", default_parts),
                                                conf=spark_conf, progress=bar, spark=session)
+                    record_route(result, route, cj.stats)
                     rec.update(status="delta_violated" if result.get("delta_ok") is False else "ok",
                                matched=result["matched"], a_records=result["a_records"],
                                b_records=result["b_records"], match_pct=result["match_pct"],
@@ -210,8 +228,9 @@ def batch(
         codes = [r.get("exit_code", 0) for r in records if r["status"] == "failed"]
         code = (EXIT_INTERNAL if EXIT_INTERNAL in codes else EXIT_USAGE) if codes else (
             EXIT_DELTA if any(r["status"] == "delta_violated" for r in records) else EXIT_OK)
-        doc = {"jobs_file": os.path.abspath(jobs_file), "execution": "local" if local else "spark",
-               "master": None if local else the_master, "session_start_seconds": session_seconds,
+        doc = {"jobs_file": os.path.abspath(jobs_file), "execution": "spark" if on_spark else "local",
+               "master": the_master if on_spark else None, "route": route.why,
+               "session_start_seconds": session_seconds,
                "jobs": records, "ok": sum(r["status"] == "ok" for r in records),
                "delta_violated": sum(r["status"] == "delta_violated" for r in records),
                "failed": sum(r["status"] == "failed" for r in records), "exit_code": code}
@@ -230,7 +249,8 @@ def batch(
                 else:
                     typer.echo(f"{r['name']}: {r['status']}  matched {r['matched']:,} "
                                f"({r['match_pct']:.2f}% of A)  {r['total_seconds']:.2f} s -> {r['output']}")
-            typer.echo(f"{doc['ok']} ok, {doc['delta_violated']} delta violated, {doc['failed']} failed")
+            typer.echo(f"{doc['ok']} ok, {doc['delta_violated']} delta violated, {doc['failed']} failed"
+                       f" (route: {route.why})")
         return code
 
     run_guarded(body, debug=debug)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shlex
 import sys
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.common import (delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled,
-                               run_guarded, split_list, tqdm_progress)
+from smerge.cli.common import (AUTO_CONF_KEY, AUTO_ENV, AUTO_MAX_BYTES, choose_route, delta_exit, emit_stats,
+                               merge_summary, parse_conf, parse_eps, progress_enabled, record_route, run_guarded,
+                               split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
 
@@ -35,8 +37,11 @@ DeltaWOpt = Annotated[int, typer.Option("--delta-windows", help="M, the number o
 AdaptOpt = Annotated[bool, typer.Option("--adapt", help="Tune K_A, K_B between report windows to hold the moving drop "
                                         "rate at or under --delta at the least merge time (needs --delta; docs/cgm.md).")]
 KappaOpt = Annotated[bool, typer.Option("--kappa-max", help="Also compute kappa_max (full sort-merge; holds all keys in memory).")]
-LocalOpt = Annotated[bool, typer.Option("--local", help="Run in-process, no JVM.")]
-MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (default local[*]).")]
+LocalOpt = Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (always).")]
+MasterOpt = Annotated[Optional[str], typer.Option("--master", help="Spark master URL (local[*], local[N], spark://HOST:7077, "
+                                                  "yarn, ...): always runs on Spark. Default auto: in-process when the "
+                                                  f"local inputs total at most {AUTO_MAX_BYTES / 1e9:g} GB (--conf "
+                                                  f"{AUTO_CONF_KEY}=N, ${AUTO_ENV}), else Spark local[*].")]
 PartOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions (default: the engine's choice).")]
 ConfOpt = Annotated[Optional[list[str]], typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable).")]
 ProgressOpt = Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr (default: when stderr is a terminal).")]
@@ -88,7 +93,8 @@ def cgm(
         require_texts({"-o": output, "--format": format, "--unmatched": unmatched, "--stats": stats,
                        "--plot": plot, "--master": master}, inputs=(a, b))
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
-        from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
+        from smerge.jobs import (CGMJob, default_output, needs_spark_readers, prepare, run_local,
+                                 with_absolute_paths)
         from smerge.merge.params import check_adapt
 
         job = CGMJob(
@@ -103,17 +109,23 @@ def cgm(
         )
         check_adapt(adapt, delta)
         spark_conf = parse_conf(conf)
+        spark_readers = not local and needs_spark_readers(job, spark_conf)
+        route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf,
+                             spark_readers=spark_readers)
+        if route.spark:  # executors resolve relative paths from their own working folder
+            job = with_absolute_paths(replace(job, output=job.output or default_output(job.a, job.b)))
         # URL inputs are opened by Spark's readers, in the session: prepared there.
         check_plot(plot, overwrite=overwrite, inputs=(a, b))
-        prep = job if not local and needs_spark_readers(job, spark_conf) else prepare(job)
+        prep = job if spark_readers else prepare(job)
         bar = tqdm_progress(progress_enabled(progress))
-        if local:
+        if not route.spark:
             result = run_local(prep, progress=bar)
         else:
             from smerge.cli.spark_entry import run_on_spark
 
-            result = run_on_spark(prep, master=master or "local[*]", partitions=partitions, conf=spark_conf,
+            result = run_on_spark(prep, master=route.master, partitions=partitions, conf=spark_conf,
                                   progress=bar, verbose=verbose)
+        record_route(result, route, job.stats)
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)

@@ -11,14 +11,14 @@ import typer
 from smerge.cli.cgm import (ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
                             KeysOpt, MasterOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
                             VarsAOpt, VarsBOpt, VerboseOpt, WindowOpt)
-from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled, \
-    run_guarded, split_list, tqdm_progress
+from smerge.cli.common import choose_route, delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, \
+    progress_enabled, record_route, run_guarded, split_list, tqdm_progress
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
 
 app = typer.Typer(add_completion=False)
-RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: on Spark, "
-                                           "each partition of A queries the server).")]
+RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: auto, see "
+                                           "--master; on Spark each partition of A queries the server).")]
 RTMPartitionsOpt = Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions of A (contiguous row "
                              "ranges cut at multiples of lcm(N, outer slab); default: Spark's default parallelism).")]
 
@@ -61,9 +61,10 @@ def rtm(
 ) -> None:
     """RTM merge (spec section 5): each A window queries B's R-tree server for its eps-box.
 
-    Runs on Spark by default (--master, default local[*]): A is split into row ranges whose
+    By default (--master auto) small inputs run in this process and large ones on Spark
+    local[*]; a named --master always runs on Spark: A is split into row ranges whose
     boundaries are multiples of N, each task queries the server for its windows, and the
-    output equals --local's exactly. --local runs in this process. B is served by an embedded
+    output equals --local's exactly. --local always runs in this process. B is served by an embedded
     index server (driver's loopback, free port, random token: fine for local[*] and a one-host
     cluster) unless --server is given (on a real cluster: a server the workers can reach).
     """
@@ -79,6 +80,7 @@ def rtm(
             raise UsageError("rtm needs B: give a second input to index for this run, or --server URL of a "
                              "running `smerge serve`")
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
+        from smerge.jobs import absolute_output, with_absolute_paths
         from smerge.rtm_job import RTMJob, prepare_rtm, run_rtm
 
         job = RTMJob(
@@ -90,20 +92,23 @@ def rtm(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         spark_conf = parse_conf(conf)
+        # B behind --server is not read by this run: A's size (and B's, when a file) decides.
+        route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf)
+        if route.spark:  # executors resolve relative paths from their own working folder
+            job = with_absolute_paths(job)
         check_plot(plot, overwrite=overwrite, inputs=(a, b))
         prep = prepare_rtm(job)
+        if route.spark:
+            absolute_output(prep)
         bar = tqdm_progress(progress_enabled(progress))
-        if local:
+        if not route.spark:
             result = run_rtm(prep, progress=bar)
         else:
-            from smerge.spark import DEFAULT_MASTER, under_spark_submit
             from smerge.spark_rtm import run_rtm_spark
 
-            m = master or DEFAULT_MASTER
-            if under_spark_submit() and master is None:
-                m = None  # the master and settings spark-submit configured
-            result = run_rtm_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
+            result = run_rtm_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
                                    verbose=verbose)
+        record_route(result, route, job.stats)
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)

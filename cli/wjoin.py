@@ -11,7 +11,8 @@ import typer
 
 from smerge.cli.cgm import (ConfOpt, DebugOpt, FormatOpt, JsonOpt, MasterOpt, OutputOpt, OverwriteOpt,
                             ProgressOpt, StatsOpt, VerboseOpt)
-from smerge.cli.common import emit_stats, parse_conf, progress_enabled, run_guarded, split_list, tqdm_progress
+from smerge.cli.common import (choose_route, emit_stats, parse_conf, progress_enabled, record_route, run_guarded,
+                               split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
 
@@ -27,6 +28,8 @@ def wjoin_summary(s: dict) -> str:
                      f"peak held {s['peak_held'][a]:,}")
     lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  join {s['join_seconds']:.3f}  "
                  f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
+    if s.get("route"):
+        lines.append(f"  route     {s['route']}")
     return "\n".join(lines)
 
 
@@ -68,7 +71,7 @@ def wjoin(
     stats: StatsOpt = None,
     plot: PlotOpt = None,
     json_: JsonOpt = False,
-    local: Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (default: on Spark).")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (default: auto, see --master).")] = False,
     master: MasterOpt = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions for HW-join (hash of the equality key; default: Spark's default parallelism). NLW-join runs as one partition.")] = None,
     conf: ConfOpt = None,
@@ -89,6 +92,7 @@ def wjoin(
         check_int_range(batch_rows, "--batch-rows", 1, MAX_BATCH_ROWS)
         _check_bounds(window, pair_window or (), len(inputs))
         from smerge.errors import UsageError
+        from smerge.jobs import absolute_output, with_absolute_paths
         from smerge.wjoin_job import WJoinJob, prepare, run_local
 
         job = WJoinJob(
@@ -98,20 +102,22 @@ def wjoin(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         spark_conf = parse_conf(conf)
+        route = choose_route(local=local, master=master, inputs=job.inputs, conf=spark_conf)
+        if route.spark:  # executors resolve relative paths from their own working folder
+            job = with_absolute_paths(job)
         check_plot(plot, overwrite=overwrite, inputs=inputs)
         prep = prepare(job)
+        if route.spark:
+            absolute_output(prep)
         bar = tqdm_progress(progress_enabled(progress))
-        if local:
+        if not route.spark:
             result = run_local(prep, progress=bar)
         else:
-            from smerge.spark import DEFAULT_MASTER, under_spark_submit
             from smerge.spark_wjoin import run_wjoin_spark
 
-            m = master or DEFAULT_MASTER
-            if under_spark_submit() and master is None:
-                m = None  # the master and settings spark-submit configured
-            result = run_wjoin_spark(prep, master=m, partitions=partitions, conf=spark_conf, progress=bar,
+            result = run_wjoin_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
                                      verbose=verbose)
+        record_route(result, route, job.stats)
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=wjoin_summary)
         return 0

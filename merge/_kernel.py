@@ -133,6 +133,57 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
         _ptr(scratch_pa, _i64p), _ptr(scratch_pb, _i64p), _ptr(work, _i64p))
 
 
+_vp, _int = ctypes.c_void_p, ctypes.c_int
+_cgm_passes_addr = _lib["smerge_cgm_passes"]  # a second handle on the same function, taking addresses
+_cgm_passes_addr.argtypes = ([_vp] * 7 + [_i64, _int, _vp, _vp, _i64, _int, _i64, _vp, _i64, _i64, _i64, _vp, _vp,
+                              _i64, _vp, _vp, _i64, _vp, _vp, _vp, _i64, _vp, _vp, _vp, _vp, _vp])
+_cgm_passes_addr.restype = _int
+
+
+def _addr(a: np.ndarray) -> int:
+    if not a.flags["C_CONTIGUOUS"]:
+        raise ValueError("kernel arrays must be C-contiguous")
+    return a.ctypes.data
+
+
+class CGMPasses:
+    """``cgm_passes`` bound to the engine's fixed buffers (windows, state, output, scratch).
+
+    Their addresses are taken once (the caller keeps the arrays alive and never reallocates
+    them); a call passes only the pending records and the K's: ~10 us instead of ~150 us of
+    argument conversion, which matters when the caller returns to Python after every report
+    window (adaptive K). Same semantics and return values as ``cgm_passes``.
+    """
+
+    def __init__(self, st, wak, war, wbk, wbr, eps, window_size, pairs_a, pairs_b, ev_a, ev_b, counts, pass_m,
+                 pass_ret_a, scratch_ma, scratch_mb, scratch_pa, scratch_pb, work) -> None:
+        eps = _eps(eps)
+        self._keep = (st, wak, war, wbk, wbr, eps, pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret_a,
+                      scratch_ma, scratch_mb, scratch_pa, scratch_pb, work)
+        for a in (wak, wbk):
+            if a.dtype != np.float64 or a.ndim != 2:
+                raise ValueError("window keys must be float64 of shape (N, d)")
+        if work.shape[0] < 4 * window_size:
+            raise ValueError("work must hold 4N int64")
+        self.d = wak.shape[1]
+        self._head = tuple(_addr(a) for a in (st, wak, war, wbk, wbr))
+        self._mid = (self.d, _addr(eps), int(window_size))
+        self._tail = (_addr(pairs_a), _addr(pairs_b), min(pairs_a.shape[0], pairs_b.shape[0]),
+                      _addr(ev_a), _addr(ev_b), min(ev_a.shape[0], ev_b.shape[0]),
+                      _addr(counts), _addr(pass_m), _addr(pass_ret_a), min(pass_m.shape[0], pass_ret_a.shape[0]),
+                      _addr(scratch_ma.view(np.uint8)), _addr(scratch_mb.view(np.uint8)), _addr(scratch_pa),
+                      _addr(scratch_pb), _addr(work))
+
+    def __call__(self, pak, par, a_exhausted, pbk, pbr, b_exhausted, inc_a: int, inc_b: int) -> int:
+        pak, pbk = _keys(pak), _keys(pbk)
+        par, pbr = _rows(par), _rows(pbr)
+        if pak.shape[1] != self.d or pbk.shape[1] != self.d:
+            raise ValueError("pending keys must have d columns")
+        return _cgm_passes_addr(*self._head, _addr(pak), _addr(par), pak.shape[0], int(bool(a_exhausted)),
+                                _addr(pbk), _addr(pbr), pbk.shape[0], int(bool(b_exhausted)), *self._mid,
+                                int(inc_a), int(inc_b), *self._tail)
+
+
 def sweep_until_dry(keys_a, rows_a, keys_b, rows_b, eps, pairs_a, pairs_b) -> int:
     """kappa_max (spec section 4): repeat the sweep over whole sorted streams until dry.
 

@@ -13,7 +13,9 @@ large as that allows. The rule (docs/cgm.md, "Adaptive K"):
   under the halved K). Records whose partner was evicted are dropped later whatever K is, so
   the drops that echo a decrease do not halve K again unless they grow;
 - *comfortably under*: the window's and the moving drop rate are both at most delta / 4:
-  K grows by one step, N / 20 (at least 1), up to the ceiling;
+  K grows, up to the ceiling, by one step, N / 20 (at least 1), when the window dropped
+  nothing (K did not bind: no record of A was evicted), else by a fifth of a step (K binds:
+  a larger K evicts more, so it creeps towards the rate where drops cascade);
 - otherwise K stays;
 - after 4m comfortable windows in a row at the ceiling, the ceiling rises by one step (the data
   may have become better ordered, so K probes upward again).
@@ -33,6 +35,7 @@ from smerge.merge.params import CGMParams
 TOO_MANY = 0.5      # a window dropping more than TOO_MANY x delta halves K
 COMFORT = 0.25      # K grows while the window's and the moving drop rate are <= COMFORT x delta
 STEP_FRACTION = 20  # the additive step is N / STEP_FRACTION
+CREEP = 5           # ... divided by CREEP when the window dropped something
 CEILING_PATIENCE = 4  # ceiling rises one step after CEILING_PATIENCE x m comfortable windows at it
 
 
@@ -79,7 +82,8 @@ class DeltaController:
                 if self.calm_at_ceiling >= CEILING_PATIENCE * self.m:
                     self.ceiling = [min(self.k_max, c + self.step) for c in self.ceiling]
                     self.calm_at_ceiling = 0
+            grow = self.step if drop <= 0.0 else max(1, self.step // CREEP)
             for s in (0, 1):
-                ks[s] = max(self.k_min, min(self.ceiling[s], ks[s] + self.step))
+                ks[s] = max(self.k_min, min(self.ceiling[s], ks[s] + grow))
         self.ks = (ks[0], ks[1])
         return self.ks

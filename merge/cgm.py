@@ -4,7 +4,8 @@
 (A and B in arrival order) and yields output batches of pairs (layout: ``merge.output``).
 Memory is O(N + batch size) whatever the stream length: only the two windows, the records
 read but not yet in a window, and the pairs not yet yielded are held. The passes run in the
-compiled kernel ``merge._kernel.cgm_passes``; Python runs once per input batch or output flush.
+compiled kernel (``merge._kernel.CGMPasses``, bound once to the windows and buffers); Python runs
+once per input batch or output flush, and with adaptive K once per report window.
 """
 
 from __future__ import annotations
@@ -225,13 +226,10 @@ def cgm_merge(
 
     if control is not None:
         st[6], st[7] = 0, n
+    passes = _kernel.CGMPasses(st, wak, war, wbk, wbr, eps, n, pairs_a, pairs_b, ev_a, ev_b, counts, pass_m,
+                               pass_ret, sma, smb, spa, spb, work)
     while True:
-        status = _kernel.cgm_passes(
-            st, wak, war, wbk, wbr,
-            A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted,
-            eps, n, ks[0], ks[1],
-            pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, sma, smb, spa, spb, work,
-        )
+        status = passes(A.pend_k, A.pend_r, A.exhausted, B.pend_k, B.pend_r, B.exhausted, ks[0], ks[1])
         if status == _NEED_A:
             st[2] = A.pull(int(st[2]))
         elif status == _NEED_B:

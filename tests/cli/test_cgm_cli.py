@@ -191,6 +191,39 @@ def test_without_local_runs_on_spark_with_the_local_result(ab, tmp_path, capsys)
     assert pq.read_table(tmp_path / "s.parquet").equals(pq.read_table(tmp_path / "l.parquet"))
 
 
+def test_default_route_runs_small_inputs_in_process_and_says_why(ab, tmp_path, capsys, monkeypatch):
+    """--master auto (the default): inputs below the threshold run without a JVM; the summary
+    and the statistics name the route and the reason."""
+    monkeypatch.delenv("SMERGE_AUTO_MAX_BYTES", raising=False)
+    a, b = ab
+    size = os.path.getsize(a) + os.path.getsize(b)
+    rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--eps", "0.2", "-o", tmp_path / "o.parquet",
+                         "--stats", tmp_path / "s.json")
+    assert rc == 0, se
+    assert "ran       in-process" in so and "route     local (auto: " in so
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["execution"] == "local" and s["route"].startswith("local (auto: ") and s["route"].endswith(" GB)")
+    assert f"{size / 1000:.1f} kB <= " in s["route"]
+    rc, so, _ = run_cli(capsys, "cgm", a, b, "--keys", "k", "--local", "--json", "-o", tmp_path / "l.parquet")
+    assert rc == 0 and json.loads(so)["route"] == "local (--local)"
+    # the threshold from the environment; --local wins over any threshold (and over --master)
+    monkeypatch.setenv("SMERGE_AUTO_MAX_BYTES", str(size))
+    rc, so, _ = run_cli(capsys, "cgm", a, b, "--keys", "k", "--json", "-o", tmp_path / "e.parquet")
+    assert rc == 0 and json.loads(so)["execution"] == "local"
+    monkeypatch.setenv("SMERGE_AUTO_MAX_BYTES", "0")
+    rc, so, _ = run_cli(capsys, "cgm", a, b, "--keys", "k", "--json", "--local", "--master", "local[1]",
+                        "-o", tmp_path / "m.parquet")
+    assert rc == 0 and json.loads(so)["execution"] == "local"
+
+
+@pytest.mark.parametrize("value", ["-1", "lots"])
+def test_bad_auto_threshold_is_a_usage_error(ab, tmp_path, capsys, value):
+    a, b = ab
+    rc, _, err = run_cli(capsys, "cgm", a, b, "--keys", "k", "--conf", f"smerge.auto.max_bytes={value}",
+                         "-o", tmp_path / "o.parquet")
+    assert rc == 2 and "smerge.auto.max_bytes" in err and not (tmp_path / "o.parquet").exists()
+
+
 def test_progress_bar_on_stderr_only_when_asked(ab, tmp_path, capsys):
     a, b = ab
     rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--local", "--json", "--progress",

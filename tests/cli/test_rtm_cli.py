@@ -143,13 +143,13 @@ def test_existing_output_is_an_error_and_delta_exit_3(ab, tmp_path, capsys):
     assert rc == 3 and (tmp_path / "d.parquet").exists()
 
 
-def test_help_says_rtm_runs_on_spark_by_default_with_local_in_process(ab, tmp_path, capsys):
+def test_help_says_rtm_routes_auto_by_default_with_local_in_process(ab, tmp_path, capsys):
     from typer.testing import CliRunner
 
     from smerge.cli.main import app
 
     res = CliRunner().invoke(app, ["rtm", "--help"], terminal_width=200)
-    assert res.exit_code == 0 and "Runs on Spark by default" in res.output
+    assert res.exit_code == 0 and "(--master auto) small inputs run in this process" in res.output
     for opt in ("--local", "--master", "--partitions", "--conf", "--verbose"):
         assert opt in res.output
     a, b = ab
@@ -158,3 +158,14 @@ def test_help_says_rtm_runs_on_spark_by_default_with_local_in_process(ab, tmp_pa
     assert rc == 0, err
     assert json.loads(out)["execution"] == "local"
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 5
+
+
+def test_default_route_runs_small_inputs_in_process(ab, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SMERGE_AUTO_MAX_BYTES", raising=False)
+    a, b = ab
+    rc, out, err = run_cli(capsys, "rtm", a, b, "--keys", "k", "-o", tmp_path / "o.parquet", "--stats",
+                           tmp_path / "s.json")
+    assert rc == 0, err
+    assert "route     local (auto: " in out
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["execution"] == "local" and s["route"].startswith("local (auto: ")

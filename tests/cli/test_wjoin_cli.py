@@ -146,3 +146,14 @@ def test_storm_grids_three_way_on_the_same_cell_equal_the_oracle(ncar_dir, tmp_p
     assert res["S1_lat"].equals(res["S3_lat"]) and res["S2_lon"].equals(res["S3_lon"])
     ts = np.stack([res[f"S{i}_timestep"].to_numpy() for i in (1, 2, 3)])
     assert np.abs(ts[:, None, :] - ts[None, :, :]).max() <= 6
+
+
+def test_default_route_runs_small_inputs_in_process(three, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SMERGE_AUTO_MAX_BYTES", raising=False)
+    paths, _ = three
+    rc = main(["wjoin", *paths, "--time", "t", "--window", "4", "-o", str(tmp_path / "j.parquet"), "--stats",
+               str(tmp_path / "j.json")])  # without --local (this file's run_cli adds it)
+    out = capsys.readouterr().out
+    assert rc == 0 and "route     local (auto: " in out
+    s = json.loads((tmp_path / "j.json").read_text())
+    assert s["execution"] == "local" and s["route"].startswith("local (auto: ")

@@ -17,3 +17,10 @@ def spark():
     session = start_session("local[2,3]", {"spark.sql.shuffle.partitions": "4"})
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def cli_runs_on_spark(monkeypatch):
+    """CLI runs here are Spark runs: the default route (``--master auto``) would run these small
+    inputs in-process, so its threshold is 0 (tests of the auto route set their own)."""
+    monkeypatch.setenv("SMERGE_AUTO_MAX_BYTES", "0")

@@ -127,3 +127,21 @@ def test_dataset_output_job_keeps_its_stats_beside_the_folder(tmp_path):
     job = make_job({"name": "j", "a": str(tmp_path / "a.nc"), "b": str(tmp_path / "b.nc"),
                     "output": str(tmp_path / "out") + "/"})
     assert job.stats == str(tmp_path / "out.stats.json")
+
+
+def test_batch_default_route_runs_small_jobs_in_process(tmp_path, monkeypatch):
+    """Without --master or [spark] master the whole file takes one route (auto): these inputs
+    are small, so every job runs in-process; the summary and each job's stats say so."""
+    monkeypatch.delenv("SMERGE_AUTO_MAX_BYTES", raising=False)
+    write_stream(tmp_path / "a.parquet", np.arange(100.0))
+    write_stream(tmp_path / "b.parquet", np.arange(100.0) + 0.5)
+    (tmp_path / "jobs.toml").write_text('[[job]]\nname = "ab"\na = "a.parquet"\nb = "b.parquet"\nkeys = "k1"\n'
+                                        'eps = 0.5\noutput = "ab.parquet"\n')
+    r = run("batch", str(tmp_path / "jobs.toml"), cwd="/")
+    assert r.returncode == 0, r.stderr
+    assert "(route: local (auto: " in r.stdout
+    summary = json.load(open(tmp_path / "jobs.summary.json"))
+    assert summary["execution"] == "local" and summary["master"] is None
+    assert summary["route"].startswith("local (auto: ")
+    stats = json.load(open(tmp_path / "ab.parquet.stats.json"))
+    assert stats["execution"] == "local" and stats["route"] == summary["route"] and stats["matched"] == 100

@@ -45,6 +45,27 @@ def test_cli_spark_run_quiet_with_stats_and_delta(tmp_path, ncar_dir):
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "already exists" in r.stderr
 
 
+def test_default_route_runs_inputs_above_the_threshold_on_spark(tmp_path, ncar_dir, monkeypatch):
+    """--master auto (the default) above the threshold: Spark local[*], said in summary and stats.
+    --conf smerge.auto.max_bytes takes precedence over $SMERGE_AUTO_MAX_BYTES."""
+    monkeypatch.setenv("SMERGE_AUTO_MAX_BYTES", str(10**12))
+    a, b = os.path.join(ncar_dir, "Pstorm.cdf"), os.path.join(ncar_dir, "Tstorm.cdf")
+    size = os.path.getsize(a) + os.path.getsize(b)
+    r = smerge("cgm", a, b, "--eps", "0.01", "-o", "o.parquet", "--stats", "s.json", "--conf",
+               f"smerge.auto.max_bytes={size - 1}", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = json.load(open(tmp_path / "s.json"))
+    assert stats["execution"] == "spark" and stats["master"] == "local[*]"
+    assert stats["route"] == f"spark (auto: {size:,} B > {size - 1:,} B)"
+    assert f"route     {stats['route']}" in r.stdout and "spark     local[*]" in r.stdout
+    # a named master is Spark whatever the threshold
+    r = smerge("cgm", a, b, "--eps", "0.01", "-o", "m.parquet", "--master", "local[1]", "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    stats = json.loads(r.stdout)
+    assert stats["execution"] == "spark" and stats["route"] == "spark (--master local[1])"
+    assert pq.read_table(tmp_path / "m.parquet").equals(pq.read_table(tmp_path / "o.parquet"))
+
+
 def test_cli_spark_delta_violation_exits_3(tmp_path):
     import numpy as np
     from spark_data import write_stream
@@ -154,7 +175,7 @@ def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
         local = pq.read_table(tmp_path / "local.parquet")
         assert pq.read_table(tmp_path / "url.parquet").cast(local.schema).equals(local)
         # the jobs really ran on the cluster: the master lists the finished applications
-        _wait(lambda: len((_master_json(ui) or {}).get("completedapps", [])) >= 2, 60, "the finished applications")
+        _wait(lambda: len((_master_json(ui) or {}).get("completedapps", [])) >= 3, 60, "the finished applications")
     finally:
         for proc in (worker, master):
             if proc is not None:
@@ -165,3 +186,21 @@ def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
                     proc.kill()
                     proc.wait()
         log.close()
+        # relative paths from a working folder that is not the executors' (issue 15 item 1): inputs,
+        # a dataset folder output, --unmatched and --stats are made absolute on the driver
+        job = tmp_path / "job"
+        (job / "data").mkdir(parents=True)
+        (job / "out").mkdir()
+        for f in (a, b):
+            os.symlink(f, job / "data" / os.path.basename(f))
+        r = smerge("cgm", "data/Pstorm.cdf", "data/Tstorm.cdf", "--master", f"spark://127.0.0.1:{port}",
+                   "--partitions", "2", "-o", "out/ds/", "--unmatched", "out/u", "--stats", "out/s.json",
+                   "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
+                   *common, cwd=job, timeout=400)
+        assert r.returncode == 0, r.stderr + open(tmp_path / "cluster.log").read()[-3000:]
+        stats = json.load(open(job / "out" / "s.json"))
+        assert stats["a"] == str(job / "data" / "Pstorm.cdf") and stats["output"] == str(job / "out" / "ds") + "/"
+        assert stats["route"] == f"spark (--master spark://127.0.0.1:{port})"
+        assert pq.read_table(job / "out" / "ds").equals(pq.read_table(tmp_path / "cluster.parquet"))
+        assert pq.read_table(job / "out" / "u.a.parquet").num_rows == stats["a_unmatched"]
+        assert not [n for n in os.listdir(job / "out") if n.startswith(".")]  # no staging left
