@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import io
+import math
 import re
 import tokenize
 from dataclasses import dataclass
@@ -212,6 +213,9 @@ def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas:
         if isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]:
             raise ExprError(f"--where: integer {v} is out of range (-2^63 to 2^63-1); write it as a float, "
                             f"e.g. {float(v):g}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ExprError("--where: a number literal overflows a double (it reads as infinity); write a finite "
+                            "number")
         if isinstance(v, (int, float)):
             return Lit(v, "num")
         if isinstance(v, str):

@@ -222,3 +222,10 @@ def test_usage_errors_name_the_full_command(data, capsys, monkeypatch, argv, wor
     before = sorted(os.listdir(data))
     rc, _, err = run_cli(capsys, *[x.format(a=data / "a.parquet", b=data / "b.parquet") for x in argv])
     assert_usage_error(rc, err, words, data, before)
+
+
+def test_where_infinite_literal(data, capsys):
+    before = sorted(os.listdir(data))
+    rc, _, err = run_cli(capsys, "wjoin", data / "a.parquet", data / "b.parquet", "--time", "time", "--window", "1h",
+                         "--local", "--where", "S1.k > 1e999", "-o", data / "out.parquet")
+    assert_usage_error(rc, err, "a number literal overflows a double", data, before)
