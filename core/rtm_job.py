@@ -121,7 +121,8 @@ def _keys_in_server_order(job: RTMJob, src_a: InputSource, src_b: InputSource) -
 def prepare_rtm(job: RTMJob) -> PreparedMerge:
     """Open A (metadata only), reach B, validate every parameter and output path."""
     if (job.b is None) == (job.server is None):
-        raise UsageError("give either B (an input to index for this run) or --server URL, not both")
+        raise UsageError("give B (an input to index for this run) or --server URL" +
+                         (", not both" if job.b is not None else ": one of them is needed"))
     if job.server is None and job.token_file:
         raise UsageError("--token-file is for --server; the embedded server makes its own token")
     client = None

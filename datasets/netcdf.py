@@ -128,7 +128,8 @@ class NetCDFBackend:
         with NC_LOCK, _open(path) as ds:
             allvars = ds.variables
             if not allvars:
-                raise InputError(f"{path}: it has no variables{_group_hint(ds)}")
+                hint = _group_hint(ds) or "; the file may be empty or truncated: re-download or regenerate it"
+                raise InputError(f"{path}: it has no variables{hint}")
             coord_names = {n for n, v in allvars.items() if v.dimensions == (n,)}
             if variables:
                 missing = [v for v in variables if v not in allvars]

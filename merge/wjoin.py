@@ -174,12 +174,17 @@ def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
     calendars), int (integer times) or float. A plain number on a decoded CF time is refused:
     its unit would be a guess."""
     if kind.startswith(("datetime", "cf:")):
-        ns_per_raw = 1 if kind.split("+")[0] == "datetime" else 1000
+        base, _, plain_unit = kind.partition("@")
+        ns_per_raw = 1 if base.split("+")[0] == "datetime" else 1000
         if d.unit is None:
-            if kind.endswith("+cf") or kind.startswith("cf:"):
+            if base.endswith("+cf") or base.startswith("cf:"):
                 raise UsageError(f"{what} {d} has no unit and the time is a decoded CF time; give a duration "
                                  "such as 6h, 30min or 2d")
-            return int(math.floor(d.value + 1e-9))
+            if not plain_unit:
+                raise UsageError(f"{what} {d} has no unit and the streams' timestamps have different units; give "
+                                 "a duration such as 90s, 30min or 6h")
+            # A plain number is in the time columns' own unit (seconds for timestamp[s], ...).
+            return int(math.floor(d.value * _UNITS_NS[plain_unit] / ns_per_raw + 1e-9))
         if d.unit in _CALENDAR_UNITS_NS:
             if kind != "cf:360_day":
                 raise UsageError(f"{what} {d}: months and years have no fixed length in this calendar; "
@@ -267,10 +272,13 @@ def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Seque
                          + "; give every stream the same kind of time (and the same calendar)")
     if cals:
         return cals[0]
+    # The unit a plain-number bound is in: the timestamps' own unit when all streams share one.
+    units = {s.field(c).type.unit if pa.types.is_timestamp(s.field(c).type) else "?" for s, c in zip(schemas, cols)}
+    plain = f"@{units.pop()}" if len(units) == 1 and "?" not in units else ""
     if "datetime" in kinds:
-        return "datetime+cf" if cf else "datetime"
+        return ("datetime+cf" if cf else "datetime") + plain
     if "datetime_us" in kinds:
-        return "datetime_us+cf" if cf else "datetime_us"
+        return ("datetime_us+cf" if cf else "datetime_us") + plain
     return "float" if "float" in kinds else "int"
 
 
@@ -481,7 +489,7 @@ def _times(col, kind: str, s: _Stream) -> np.ndarray:
     if kind.startswith(("datetime", "cf:")):
         if kind.startswith("cf:"):
             return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
-        unit = "ns" if kind.split("+")[0] == "datetime" else "us"
+        unit = "ns" if kind.partition("@")[0].split("+")[0] == "datetime" else "us"
         try:
             col = pc.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
         except pa.ArrowInvalid:

@@ -299,3 +299,17 @@ def test_too_many_partial_tuples_is_a_usage_error_naming_the_window(monkeypatch)
     out = list(wjoin([iter(t.to_batches()), iter(t.to_batches())], [t.schema, t.schema],
                      WJoinParams(2, ("t",), window=Duration(5), where="S1.k == S2.k", method="nested-loop")))
     assert sum(b.num_rows for b in out) == 20
+
+
+def test_plain_number_window_is_in_the_timestamps_own_unit():
+    """timestamp[s] columns: --window 1 is one second (it was read as 1 us / 1 ns)."""
+    t1 = pa.table({"t": pa.array([0, 1, 5], pa.timestamp("s"))})
+    t2 = pa.table({"t": pa.array([1, 3], pa.timestamp("s"))})
+    out = list(wjoin([iter(t1.to_batches()), iter(t2.to_batches())], [t1.schema, t2.schema],
+                     WJoinParams(2, ("t",), window=Duration(1), with_ids=True)))
+    assert sorted(ids(pa.Table.from_batches(out), 2)) == [(0, 0), (1, 0)]
+    # Streams in different units: a plain number is ambiguous.
+    t3 = pa.table({"t": pa.array([1000], pa.timestamp("ms"))})
+    with pytest.raises(UsageError, match="different units"):
+        list(wjoin([iter(t1.to_batches()), iter(t3.to_batches())], [t1.schema, t3.schema],
+                   WJoinParams(2, ("t",), window=Duration(1))))
