@@ -45,6 +45,8 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
         raise fail(f"internal error: {type(e).__name__}: {msg} (run with --debug for the traceback)", EXIT_INTERNAL)
+    if code in (None, EXIT_OK, EXIT_DELTA) and "smerge.spark" in sys.modules:
+        sys.modules["smerge.spark"].discard_log()  # the run succeeded: its Spark log is not needed
     raise typer.Exit(code or EXIT_OK)
 
 

@@ -79,23 +79,40 @@ def spark_log_path() -> str:
     return os.path.join(tempfile.gettempdir(), f"smerge-spark-{host_tag()}-{os.getpid()}.log")
 
 
-def remove_stale_logs() -> None:
-    """Remove the Spark logs of smerge processes that no longer run (this host, boot and pid
-    namespace; see ``smerge.datasets.outputs.owner_pid_gone``)."""
+KEEP_FAILED_LOGS = 5  # logs of failed or killed runs kept in the temporary folder (the newest)
+
+
+def discard_log() -> None:
+    """Remove this process's Spark log: the CLI calls it when the run succeeded (exit 0 or 3),
+    so only the logs of failed or killed runs stay (and ``remove_stale_logs`` rotates those)."""
+    with contextlib.suppress(OSError):
+        os.unlink(spark_log_path())
+
+
+def remove_stale_logs(keep: int = KEEP_FAILED_LOGS) -> None:
+    """Rotate the Spark logs of smerge processes that no longer run (this host, boot and pid
+    namespace; see ``smerge.datasets.outputs.owner_pid_gone``): these are failed or killed
+    runs (a run that succeeds removes its own, ``discard_log``); the ``keep`` newest stay for a
+    look, older ones are removed. Untagged logs of older smerge versions last written before
+    this boot are removed too."""
     d = tempfile.gettempdir()
     try:
         names = [n for n in os.listdir(d) if n.startswith("smerge-spark-") and n.endswith(".log")]
     except OSError:
         return
     boot = _boot_time()
+    gone = []
     for n in names:
         path = os.path.join(d, n)
         m = _LOG_RE.fullmatch(n)
         with contextlib.suppress(OSError):
             if m and owner_pid_gone(m.group(1), int(m.group(2))):
-                os.unlink(path)
+                gone.append((os.stat(path).st_mtime, path))
             elif boot and _OLD_LOG_RE.fullmatch(n) and os.stat(path).st_mtime < boot:
                 os.unlink(path)  # an untagged log of an older smerge, last written before this boot
+    for _, path in sorted(gone, reverse=True)[max(keep, 0):]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
 
 
 def _boot_time() -> float | None:
@@ -630,14 +647,7 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
 
     # (2) the merge job: executors write the part files
     task_threads = _task_threads(own, sc, P)  # (a bad setting fails before anything is created)
-    staging = make_staging(prep.output, "spark")  # owner-tagged (leftovers of killed runs are swept), umask modes
     part_format = "parquet" if prep.output_format in ("parquet", DATASET_FORMAT) else "arrow"
-    try:
-        for kind in PART_KINDS:
-            os.makedirs(os.path.join(staging, kind))
-    except OSError as e:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") from None
     kill, _, marker = own.get("smerge.test.kill_once_partition", "").partition(":")
     una_schema = unb_schema = None
     if prep.unmatched_paths:
@@ -645,14 +655,21 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
         if prep.params.with_ids:
             una_schema = una_schema.append(pa.field("a_row", pa.int64()))
             unb_schema = unb_schema.append(pa.field("b_row", pa.int64()))
-    plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
-                     eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
-                     want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
-                     part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
-                     una_schema=una_schema, unb_schema=unb_schema,
-                     prefetch=task_threads,
-                     kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
-    try:
+    staging = make_staging(prep.output, "spark")  # owner-tagged (leftovers of killed runs are swept), umask modes
+    try:  # from here on the staging folder is removed whatever happens (SIGTERM/Ctrl-C included)
+        try:
+            for kind in PART_KINDS:
+                os.makedirs(os.path.join(staging, kind))
+        except OSError as e:
+            raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") \
+                from None
+        plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
+                         eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
+                         want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
+                         part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
+                         una_schema=una_schema, unb_schema=unb_schema,
+                         prefetch=task_threads,
+                         kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
         t1 = time.perf_counter()
         if frames:
             results = _merge_frames(spark, plan, frames, scans, progress)
@@ -939,4 +956,5 @@ def _kappa_max(sc, plan: MergePlan) -> float:
     return sc.parallelize([0], 1).flatMap(task).collect()[0]
 
 
-__all__ = ["run_cgm_spark", "run_in_session", "start_session", "under_spark_submit", "split_conf", "spark_log_path", "DEFAULT_MASTER"]
+__all__ = ["run_cgm_spark", "run_in_session", "start_session", "under_spark_submit", "split_conf", "spark_log_path",
+           "discard_log", "DEFAULT_MASTER"]

@@ -246,5 +246,28 @@ def test_stale_spark_logs_are_removed(tmp_path, monkeypatch):
     os.utime(old, (1.0, 1.0))
     fresh_old = tmp_path / "smerge-spark-4243.log"  # untagged and written since boot: owner unknown
     fresh_old.write_text("")
-    remove_stale_logs()
+    remove_stale_logs(keep=0)
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(str(f)) for f in (mine, foreign_host, fresh_old))
+
+
+def test_logs_of_failed_runs_rotate_and_a_successful_run_removes_its_own(tmp_path, monkeypatch):
+    """A run that succeeds removes its log (the CLI calls discard_log); logs of failed or killed
+    runs (their process is gone) are kept, the newest KEEP_FAILED_LOGS of them."""
+    import tempfile
+
+    from smerge.spark import KEEP_FAILED_LOGS, discard_log, remove_stale_logs, spark_log_path
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    logs = []
+    for i in range(KEEP_FAILED_LOGS + 2):
+        p = subprocess.Popen([sys.executable, "-c", "pass"])
+        p.wait()
+        log = tmp_path / f"smerge-spark-{host_tag()}-{p.pid}.log"
+        log.write_text("failed")
+        os.utime(log, (1000.0 + i, 1000.0 + i))
+        logs.append(log.name)
+    open(spark_log_path(), "w").close()
+    remove_stale_logs()
+    assert sorted(os.listdir(tmp_path)) == sorted(logs[2:] + [os.path.basename(spark_log_path())])
+    discard_log()
+    assert sorted(os.listdir(tmp_path)) == sorted(logs[2:])

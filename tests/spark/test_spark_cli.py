@@ -128,6 +128,43 @@ def test_sigterm_stops_a_spark_run_and_removes_its_staging(tmp_path):
     assert os.listdir(tmp_path / "out") == []
 
 
+def _children(pid: int) -> list[int]:
+    """Pids of the processes whose parent is ``pid`` (the driver's JVM)."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                if d.isdigit() and int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(d))
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
+def test_sigkill_leftovers_are_removed_by_the_next_run_to_the_same_place(tmp_path):
+    """kill -9 of a Spark run leaves its staging folder (nothing can clean up); the next run
+    writing to the same folder removes it, since its owner is gone (issue 15 item 4)."""
+    r = smerge("gen", "a.parquet", "--records", "3000000", "--randomize", "5", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    os.mkdir(tmp_path / "out")
+    args = ["cgm", "a.parquet", "a.parquet", "--keys", "time,lat,lon", "--partitions", "2", "-o", "out/o.parquet",
+            "--unmatched", "out/u", "--stats", "out/s.json"]
+    proc = subprocess.Popen([*SMERGE, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    t0 = time.time()
+    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.time() - t0 < 240:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before its staging folder was seen; use a larger input"
+    jvms = _children(proc.pid)
+    proc.kill()
+    proc.communicate(timeout=60)
+    _wait(lambda: not any(os.path.exists(f"/proc/{p}") for p in jvms), 120, "the killed run's JVM to exit")
+    left = os.listdir(tmp_path / "out")
+    assert left and all(".smerge-spark-" in n for n in left), left
+    r = smerge(*args, "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert sorted(os.listdir(tmp_path / "out")) == ["o.parquet", "s.json", "u.a.parquet", "u.b.parquet"]
+
+
 def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
     import pyspark
 
@@ -157,6 +194,24 @@ def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
         stats = json.loads(r.stdout)
         assert stats["master"] == f"spark://127.0.0.1:{port}" and stats["partitions"] == 2
         assert pq.read_table(tmp_path / "cluster.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+        # relative paths from a working folder that is not the executors' (issue 15 item 1): inputs,
+        # a dataset folder output, --unmatched and --stats are made absolute on the driver
+        job = tmp_path / "job"
+        (job / "data").mkdir(parents=True)
+        (job / "out").mkdir()
+        for f in (a, b):
+            os.symlink(f, job / "data" / os.path.basename(f))
+        r = smerge("cgm", "data/Pstorm.cdf", "data/Tstorm.cdf", "--master", f"spark://127.0.0.1:{port}",
+                   "--partitions", "2", "-o", "out/ds/", "--unmatched", "out/u", "--stats", "out/s.json",
+                   "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
+                   *common, cwd=job, timeout=400)
+        assert r.returncode == 0, r.stderr + open(tmp_path / "cluster.log").read()[-3000:]
+        stats = json.load(open(job / "out" / "s.json"))
+        assert stats["a"] == str(job / "data" / "Pstorm.cdf") and stats["output"] == str(job / "out" / "ds") + "/"
+        assert stats["route"] == f"spark (--master spark://127.0.0.1:{port})"
+        assert pq.read_table(job / "out" / "ds").equals(pq.read_table(tmp_path / "cluster.parquet"))
+        assert pq.read_table(job / "out" / "u.a.parquet").num_rows == stats["a_unmatched"]
+        assert not [n for n in os.listdir(job / "out") if n.startswith(".")]  # no staging left
         # B at a file:// URL, read on the cluster by Spark's Parquet reader (A through the netCDF source)
         import pyarrow as pa
 
@@ -186,21 +241,3 @@ def test_standalone_cluster_equals_local(tmp_path, ncar_dir):
                     proc.kill()
                     proc.wait()
         log.close()
-        # relative paths from a working folder that is not the executors' (issue 15 item 1): inputs,
-        # a dataset folder output, --unmatched and --stats are made absolute on the driver
-        job = tmp_path / "job"
-        (job / "data").mkdir(parents=True)
-        (job / "out").mkdir()
-        for f in (a, b):
-            os.symlink(f, job / "data" / os.path.basename(f))
-        r = smerge("cgm", "data/Pstorm.cdf", "data/Tstorm.cdf", "--master", f"spark://127.0.0.1:{port}",
-                   "--partitions", "2", "-o", "out/ds/", "--unmatched", "out/u", "--stats", "out/s.json",
-                   "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.executor.memory=1g",
-                   *common, cwd=job, timeout=400)
-        assert r.returncode == 0, r.stderr + open(tmp_path / "cluster.log").read()[-3000:]
-        stats = json.load(open(job / "out" / "s.json"))
-        assert stats["a"] == str(job / "data" / "Pstorm.cdf") and stats["output"] == str(job / "out" / "ds") + "/"
-        assert stats["route"] == f"spark (--master spark://127.0.0.1:{port})"
-        assert pq.read_table(job / "out" / "ds").equals(pq.read_table(tmp_path / "cluster.parquet"))
-        assert pq.read_table(job / "out" / "u.a.parquet").num_rows == stats["a_unmatched"]
-        assert not [n for n in os.listdir(job / "out") if n.startswith(".")]  # no staging left
