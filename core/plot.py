@@ -51,7 +51,12 @@ def _merge_series(s: dict) -> Series:
     k = s.get("k_per_window")
     if k:
         ks = stride if len(k) == len(kap) else 1
-        out["least increment K per report window"] = {"K": ([float(i * ks) for i in range(len(k))], _floats(k))}
+        x = [float(i * ks) for i in range(len(k))]
+        if isinstance(k[0], (list, tuple)):  # --adapt writes [K_A, K_B] per report window
+            out["least increment K per report window"] = {"K_A": (x, _floats(p[0] for p in k)),
+                                                           "K_B": (x, _floats(p[1] for p in k))}
+        else:
+            out["least increment K per report window"] = {"K": (x, _floats(k))}
     frac = s.get("fraction_read_per_run")
     if frac:
         out["fraction read per run"] = {"fraction read": ([float(i) for i in range(len(frac))], _floats(frac))}

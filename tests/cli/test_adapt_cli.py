@@ -84,3 +84,23 @@ def test_batch_adapt_job(ab, tmp_path, capsys):
     assert rc in (0, 3), err
     s = json.loads((tmp_path / "j.json").read_text())
     assert s["params"]["adapt"] is True and len(s["k_per_window"]) == s["report_windows"]
+
+
+def test_plot_draws_k_a_and_k_b(ab, tmp_path, capsys):
+    """`smerge plot` draws the [K_A, K_B] pairs of an adapted run, one line each."""
+    from smerge.plot import plot_series
+
+    a, b = ab
+    st = tmp_path / "s.json"
+    rc, _, err = run_cli(capsys, "cgm", a, b, "--keys", "k", "--window", "20", "--increment", "10", "--increment-b",
+                         "6", "--delta", "0.2", "--delta-windows", "3", "--adapt", "--local",
+                         "-o", tmp_path / "o.parquet", "--stats", st)
+    assert rc in (0, 3), err
+    s = json.loads(st.read_text())
+    panel = plot_series(s)["least increment K per report window"]
+    assert panel["K_A"][1] == [float(k[0]) for k in s["k_per_window"]]
+    assert panel["K_B"][1] == [float(k[1]) for k in s["k_per_window"]]
+    assert panel["K_A"][0] == [float(i) for i in range(len(s["k_per_window"]))]
+    rc, _, err = run_cli(capsys, "plot", st, "-o", tmp_path / "run.png")
+    assert rc == 0, err
+    assert (tmp_path / "run.png").stat().st_size > 0
