@@ -1,0 +1,234 @@
+"""Counts of items per time interval, from raw records and from derived-bodies (ENGINES.md section 9).
+
+``ItemCounts`` answers one query: ``every`` (intervals ``[j * every, (j + 1) * every)`` aligned to
+multiples of ``every`` on the time axis) or one range ``[start, stop)``. Raw records count
+exactly. A derived-body (item, lifetime v, count) covers ``[v * L, (v + 1) * L)``: an interval that
+holds the whole lifetime gets its whole count; an interval that cuts it gets the share of the
+lifetime it overlaps (the paper's uniform-density assumption, section 5), flagged as an estimate.
+With correct-factor c > 0 a frequent item's lifetime count without a correct-body is within c of
+the truth: also flagged as an estimate.
+
+Times are numbers in the time column's own unit (``time_values``: timestamps as their int64
+ticks). Memory: one row per (interval, item) seen, plus the bodies.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from smerge.errors import InputError, UsageError
+
+_UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9,
+            "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
+_DUR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
+COMPACT_ROWS = 1 << 22  # partial (interval, item) rows held before they are summed
+
+
+def is_time_type(t: pa.DataType) -> bool:
+    return pa.types.is_timestamp(t) or pa.types.is_date(t)
+
+
+def tick_ns(t: pa.DataType) -> int | None:
+    """Nanoseconds of one tick of a timestamp/date type; None for plain numbers."""
+    if pa.types.is_timestamp(t):
+        return {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[t.unit]
+    if pa.types.is_date32(t):
+        return 86400 * 10**9
+    if pa.types.is_date64(t):
+        return 10**6
+    return None
+
+
+def check_time_type(t: pa.DataType, column: str) -> None:
+    if not (is_time_type(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
+        raise UsageError(f"--time {column!r} is of type {t}; give a timestamp or numeric column")
+
+
+def time_values(col: pa.Array | pa.ChunkedArray, column: str = "time") -> np.ndarray:
+    """int64 ticks (timestamps, dates, integers) or float64; missing times are an input error."""
+    if col.null_count:
+        raise InputError(f"time column {column!r} has {col.null_count:,} missing value(s); every record needs a time")
+    t = col.type
+    if pa.types.is_floating(t):
+        v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        if np.isnan(v).any():
+            raise InputError(f"time column {column!r} has NaN; every record needs a time")
+        return v
+    if pa.types.is_date32(t):
+        col = pc.cast(col, pa.int32())
+    return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+
+
+def duration_ticks(text: str | float, t: pa.DataType, what: str) -> int | float:
+    """A duration (``90s``, ``1h``, or a plain number in the column's unit) in ticks of ``t``, > 0."""
+    m = _DUR_RE.match(str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or (unit and unit not in _UNIT_NS):
+        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d (units ns us ms s min "
+                         "h d w) or a plain number in the time column's unit")
+    value = float(m.group(1))
+    ns = tick_ns(t)
+    if unit and ns is None:
+        raise UsageError(f"{what} {text!r} has a unit but the time column is a plain number; give a plain number "
+                         "in the time column's unit")
+    ticks = value * _UNIT_NS[unit] / ns if unit else value
+    if not math.isfinite(ticks) or ticks <= 0:
+        raise UsageError(f"{what} {text!r} must be a finite duration > 0")
+    if pa.types.is_floating(t):
+        return float(ticks)
+    if ticks != int(ticks) or ticks > 2**62:
+        raise UsageError(f"{what} {text!r} is not a whole number of the time column's ticks ({t}) up to 2^62")
+    return int(ticks)
+
+
+def time_point(text: str, t: pa.DataType, what: str) -> int | float:
+    """``--from``/``--to``: an ISO date-time on timestamp/date columns, else a number."""
+    if is_time_type(t):
+        try:
+            unit = t.unit if pa.types.is_timestamp(t) else ("D" if pa.types.is_date32(t) else "ms")
+            return int(np.datetime64(str(text).strip().rstrip("Z"), unit).astype(np.int64))
+        except ValueError:
+            raise UsageError(f"{what} {text!r} is not a date-time; write e.g. 2024-01-31T12:00:00") from None
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{what} {text!r} is not a number (the time column is numeric)") from None
+    if not math.isfinite(v):
+        raise UsageError(f"{what} {text!r} must be finite")
+    return int(v) if pa.types.is_integer(t) and v == int(v) else v
+
+
+def lifetime_ids(times: np.ndarray, length: int | float) -> np.ndarray:
+    """v = floor(t / L): lifetimes aligned to multiples of L."""
+    if times.dtype.kind == "f":
+        return np.floor(times / length).astype(np.int64)
+    return np.floor_divide(times, np.int64(length))
+
+
+class ItemCounts:
+    """Accumulates one count query; ``table()`` gives (start, end, item, count, exact)."""
+
+    def __init__(self, item_type: pa.DataType, time_type: pa.DataType, *, every: int | float | None = None,
+                 start: int | float | None = None, stop: int | float | None = None):
+        if (every is None) == (start is None or stop is None):
+            raise UsageError("give either --every DUR or both --from T and --to T")
+        if every is None and not start < stop:
+            raise UsageError(f"--from {start} must be before --to {stop}")
+        self.item_type, self.time_type = item_type, time_type
+        self.every, self.start, self.stop = every, start, stop
+        self._parts: list[pa.Table] = []
+        self._rows = 0
+        self._bodies: list[pa.Table] = []
+
+    def _intervals(self, times: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        if self.every is not None:
+            return lifetime_ids(times, self.every), None
+        keep = (times >= self.start) & (times < self.stop)
+        return np.zeros(int(keep.sum()), np.int64), keep
+
+    def add_raw(self, items: pa.Array, times: np.ndarray) -> None:
+        """Raw records (one per row)."""
+        if len(items) == 0:
+            return
+        ids, keep = self._intervals(times)
+        if keep is not None:
+            items = items.filter(pa.array(keep))
+        if len(items) == 0:
+            return
+        part = pa.table({"iv": ids, "item": items}).group_by(["iv", "item"]).aggregate([([], "count_all")])
+        self._parts.append(part.rename_columns(["iv", "item", "n"]))
+        self._rows += part.num_rows
+        if self._rows > COMPACT_ROWS and len(self._parts) > 1:
+            self._compact()
+
+    def _compact(self) -> None:
+        t = pa.concat_tables(self._parts).group_by(["iv", "item"]).aggregate([("n", "sum")])
+        self._parts = [t.rename_columns(["iv", "item", "n"])]
+        self._rows = t.num_rows
+
+    def add_bodies(self, kind: str, items: pa.Array, lifetime: int, counts: np.ndarray) -> None:
+        """Forecast-bodies (``kind`` "forecast") or correct-bodies ("correct") of one lifetime."""
+        n = len(items)
+        if n == 0:
+            return
+        corr = kind == "correct"
+        self._bodies.append(pa.table({
+            "v": np.full(n, lifetime, np.int64), "item": items, "count": np.asarray(counts, np.int64),
+            "corrected": np.full(n, corr)}))
+
+    def table(self, lifetime: int | float | None = None, correct_factor: float = 0.0) -> pa.Table:
+        """The answer, sorted by interval then item: ``start``/``end`` in the time column's type,
+        ``count`` (float64; whole numbers where exact) and ``exact``."""
+        ivs, items, counts, exact = [], [], [], []
+        if self._parts:
+            self._compact()
+            p = self._parts[0]
+            ivs.append(p.column("iv").to_numpy())
+            items.append(p.column("item").combine_chunks())
+            counts.append(p.column("n").to_numpy().astype(np.float64))
+            exact.append(np.ones(p.num_rows, bool))
+        if self._bodies:
+            if lifetime is None:
+                raise ValueError("bodies need the lifetime length")
+            b = pa.concat_tables(self._bodies).group_by(["v", "item"]).aggregate(
+                [("count", "sum"), ("corrected", "any")]).rename_columns(["v", "item", "count", "corrected"])
+            v = b.column("v").to_numpy()
+            total = b.column("count").to_numpy().astype(np.float64)
+            sure = (correct_factor == 0) | b.column("corrected").to_numpy(zero_copy_only=False)
+            for iv, pos, share in self._shares(v, lifetime):
+                ivs.append(np.full(len(pos), iv, np.int64))
+                items.append(b.column("item").take(pa.array(pos)).combine_chunks())
+                counts.append(total[pos] * share)
+                exact.append(sure[pos] & (share == 1.0))
+        if not ivs:
+            return self._empty()
+        t = pa.table({"iv": np.concatenate(ivs), "item": pa.chunked_array(items, self.item_type),
+                      "count": np.concatenate(counts), "exact": np.concatenate(exact)})
+        t = t.group_by(["iv", "item"]).aggregate([("count", "sum"), ("exact", "all")])
+        t = t.rename_columns(["iv", "item", "count", "exact"])
+        t = t.filter(pc.greater(pc.abs(t.column("count")), 0)).sort_by([("iv", "ascending"), ("item", "ascending")])
+        return self._bounds(t)
+
+    def _shares(self, v: np.ndarray, length: int | float):
+        """(interval id, rows of ``v``, share of the lifetime inside the interval) per overlap."""
+        for lt in np.unique(v):
+            pos = np.nonzero(v == lt)[0]
+            lo, hi = lt * length, (lt + 1) * length
+            if self.every is None:
+                overlap = min(hi, self.stop) - max(lo, self.start)
+                if overlap > 0:
+                    yield 0, pos, 1.0 if overlap >= length else overlap / length
+                continue
+            first, last = int(lo // self.every), int(math.ceil(hi / self.every)) - 1
+            for j in range(first, last + 1):
+                overlap = min(hi, (j + 1) * self.every) - max(lo, j * self.every)
+                if overlap > 0:
+                    yield j, pos, 1.0 if overlap >= length else overlap / length
+
+    def _bounds(self, t: pa.Table) -> pa.Table:
+        iv = t.column("iv").to_numpy()
+        if self.every is not None:
+            start, end = iv * self.every, (iv + 1) * self.every
+        else:
+            start, end = np.full(len(iv), self.start), np.full(len(iv), self.stop)
+        return pa.table({"start": self._as_time(start), "end": self._as_time(end), "item": t.column("item"),
+                         "count": t.column("count"), "exact": t.column("exact")})
+
+    def _as_time(self, v: np.ndarray) -> pa.Array:
+        tt = self.time_type
+        if pa.types.is_timestamp(tt) or pa.types.is_date64(tt):
+            return pa.array(np.asarray(v, np.int64)).cast(tt)
+        if pa.types.is_date32(tt):
+            return pa.array(np.asarray(v, np.int64).astype(np.int32)).cast(tt)
+        return pa.array(v)
+
+    def _empty(self) -> pa.Table:
+        tt = self.time_type if is_time_type(self.time_type) else (
+            pa.float64() if pa.types.is_floating(self.time_type) else pa.int64())
+        return pa.table({"start": pa.array([], tt), "end": pa.array([], tt), "item": pa.array([], self.item_type),
+                         "count": pa.array([], pa.float64()), "exact": pa.array([], pa.bool_())})
