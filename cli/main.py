@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "smerge.cli.wjoin",
     "smerge.cli.batch",
     "smerge.cli.plot",
+    "smerge.cli.count",
 ]
 
 for _name in COMMAND_MODULES:

@@ -29,6 +29,13 @@ def serve(
     tls_cert: Annotated[Optional[str], typer.Option("--tls-cert", help="PEM certificate: serve grpc+tls.")] = None,
     tls_key: Annotated[Optional[str], typer.Option("--tls-key", help="PEM private key for --tls-cert.")] = None,
     max_page: Annotated[int, typer.Option("--max-page", help="Largest page (records) a query may ask for.")] = 1_000_000,
+    summarize: Annotated[Optional[str], typer.Option("--summarize", help="Also offer the frequent-item summarised stream of this item column (smerge count).")] = None,
+    time_col: Annotated[Optional[str], typer.Option("--time", help="Time column of --summarize.")] = None,
+    lifetime: Annotated[Optional[str], typer.Option("--lifetime", help="Lifetime length of --summarize (1h, 30min, or a number in the time column's unit).")] = None,
+    support: Annotated[float, typer.Option("--support", help="Support lambda: frequent means estimated count >= lambda * n.")] = 0.005,
+    correct_factor: Annotated[float, typer.Option("--correct-factor", help="Correct-bodies only where |estimated - true| > C * true (0: every count exact).")] = 0.0,
+    sketch: Annotated[str, typer.Option("--sketch", help="hCount sketch HxM (hash rows x counters).")] = "30x30",
+    max_frequent: Annotated[int, typer.Option("--max-frequent", help="At most F frequent items per lifetime.")] = 300,
     nan_keys: NanOpt = "error",
     debug: DebugOpt = False,
 ) -> None:
@@ -61,11 +68,24 @@ def serve(
         else:
             if nan_keys not in ("error", "unmatched"):
                 raise UsageError(f"--nan-keys is {nan_keys!r}; use error or unmatched")
-            src = open_input(b, keys=split_list(keys), variables=split_list(vars_))
+            # a summarised stream needs no other index: without --keys, index its times
+            index_keys = keys if keys or not (summarize and time_col) else time_col
+            src = open_input(b, keys=split_list(index_keys), variables=split_list(vars_))
             if not src.keys:
                 raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
             idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
-        server = IndexServer(idx, host=host, port=port, token=token, tls_cert=cert, tls_key=key, max_page=max_page)
+        summaries = None
+        if summarize is not None or time_col is not None or lifetime is not None:
+            from smerge.merge.hcount import parse_sketch
+            from smerge.transport.summary import SummaryParams
+
+            if not (summarize and time_col and lifetime):
+                raise UsageError("a summarised stream needs --summarize COL, --time COL and --lifetime DUR")
+            summaries = {idx.name: SummaryParams(summarize, time_col, lifetime, support=support,
+                                                 correct_factor=correct_factor, sketch=parse_sketch(sketch),
+                                                 max_frequent=max_frequent)}
+        server = IndexServer(idx, host=host, port=port, token=token, tls_cert=cert, tls_key=key, max_page=max_page,
+                             summaries=summaries)
         stop = threading.Event()
         signals = []
 
@@ -80,7 +100,8 @@ def serve(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         typer.echo(f"smerge serve: {idx.name} ({idx.num_rows:,} records, keys {','.join(idx.keys)}) at "
-                   f"{server.url}/{idx.name}" + (" (token required)" if token else ""), err=True)
+                   f"{server.url}/{idx.name}" + (" (token required)" if token else "")
+                   + (f"; summarised on {summarize} (smerge count)" if summaries else ""), err=True)
         typer.echo(f"{server.url}/{idx.name}", err=False)
         sys.stdout.flush()
         while not stop.wait(0.5):  # the main thread stays in Python so that signals are handled

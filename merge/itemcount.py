@@ -140,8 +140,15 @@ class ItemCounts:
             items = items.filter(pa.array(keep))
         if len(items) == 0:
             return
-        part = pa.table({"iv": ids, "item": items}).group_by(["iv", "item"]).aggregate([([], "count_all")])
-        self._parts.append(part.rename_columns(["iv", "item", "n"]))
+        # numpy, not Acero's group_by: buffers received over Flight may be unaligned for Acero
+        enc = pc.dictionary_encode(items)
+        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        nd = max(1, len(enc.dictionary))
+        lo = int(ids.min())
+        combined, n = np.unique((ids - lo) * nd + codes, return_counts=True)
+        part = pa.table({"iv": combined // nd + lo, "item": enc.dictionary.take(pa.array(combined % nd)),
+                         "n": n.astype(np.int64)})
+        self._parts.append(part)
         self._rows += part.num_rows
         if self._rows > COMPACT_ROWS and len(self._parts) > 1:
             self._compact()
@@ -158,8 +165,8 @@ class ItemCounts:
             return
         corr = kind == "correct"
         self._bodies.append(pa.table({
-            "v": np.full(n, lifetime, np.int64), "item": items, "count": np.asarray(counts, np.int64),
-            "corrected": np.full(n, corr)}))
+            "v": np.full(n, lifetime, np.int64), "item": items.take(pa.array(np.arange(n))),  # an aligned copy
+            "count": np.asarray(counts, np.int64), "corrected": np.full(n, corr)}))
 
     def table(self, lifetime: int | float | None = None, correct_factor: float = 0.0) -> pa.Table:
         """The answer, sorted by interval then item: ``start``/``end`` in the time column's type,

@@ -179,6 +179,30 @@ class IndexClient:
             except Exception:  # noqa: BLE001 - best effort on an already closed stream
                 pass
 
+    def summary(self) -> tuple[pa.Schema, Iterator[tuple[pa.RecordBatch, bytes | None]]]:
+        """The summarised stream (``transport.summary``): its schema and (batch, app-metadata)
+        messages. A dropped stream is an error, not retried mid-way."""
+        q = Query(op="summary", dataset=self.dataset, boxes=(), limit=1, token=None, columns=None)
+        reader = self._call(lambda: self._client.do_get(flight.Ticket(q.to_json()), self._options))
+
+        def messages():
+            try:
+                while True:
+                    try:
+                        chunk = reader.read_chunk()
+                    except StopIteration:
+                        return
+                    except flight.FlightError as e:
+                        raise InputError(f"{self.url}: stream broken ({_first_line(e)})") from None
+                    meta = chunk.app_metadata
+                    yield chunk.data, (meta.to_pybytes() if meta is not None else None)
+            finally:
+                try:
+                    reader.cancel()
+                except Exception:  # noqa: BLE001 - best effort on an already closed stream
+                    pass
+        return reader.schema, messages()
+
     def schema(self) -> pa.Schema:
         """B's schema (without the row id column), from the Flight info of the plain stream."""
         name = self.dataset or self.info()["name"]

@@ -5,6 +5,8 @@ A query is a small JSON object sent as a Flight ticket (``do_get``) or action bo
 ``{"op": "range", "box": {"lo": [..], "hi": [..]}, "limit": 5000, "token": null}``
 ``{"op": "symdiff", "box": {..}, "box2": {..}, "limit": 5000, "token": null}``
 ``{"op": "stream"}`` (B in stored order), optional ``"columns": [..]`` and ``"dataset": NAME``.
+``{"op": "summary"}``: the summarised stream of a dataset served with ``--summarize``
+(``transport.summary``; its columns are fixed: no ``"columns"``).
 
 Every field is checked (type, size, range); anything else is rejected with a message that
 says what is wrong. Limits are module constants.
@@ -23,7 +25,8 @@ MAX_BOXES = 2
 MAX_COLUMNS = 1024
 MAX_NAME_CHARS = 256  # a dataset or column name
 MAX_LISTED = 5  # names repeated in an error message
-OPS = {"range": 1, "symdiff": 2, "stream": 0}
+OPS = {"range": 1, "symdiff": 2, "stream": 0, "summary": 0}
+WHOLE_STREAM_OPS = ("stream", "summary")
 FIELDS = {"op", "dataset", "box", "box2", "limit", "token", "columns"}
 NEXT_TOKEN_KEY = b"smerge.next_token"
 INVALID_ARGUMENT = b"INVALID_ARGUMENT"  # extra_info of the server error answering a rejected request
@@ -48,7 +51,7 @@ class Query:
             body["dataset"] = self.dataset
         for name, (lo, hi) in zip(("box", "box2"), self.boxes):
             body[name] = {"lo": list(lo), "hi": list(hi)}
-        if self.op != "stream":
+        if self.op not in WHOLE_STREAM_OPS:
             body["limit"] = self.limit
             body["token"] = self.token
         if self.columns is not None:
@@ -125,7 +128,7 @@ def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
     boxes = tuple(_box(body[n], n) for n in names)
     if nbox == 2 and len(boxes[0][0]) != len(boxes[1][0]):
         raise BadRequest("box and box2 must have the same number of keys")
-    limit = body.get("limit", max_page if op == "stream" else None)
+    limit = body.get("limit", max_page if op in WHOLE_STREAM_OPS else None)
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise BadRequest(f"op {op!r} needs an integer \"limit\" (records per page, 1..{max_page})")
     if not 1 <= limit <= max_page:
@@ -135,6 +138,8 @@ def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
     if token is not None and (not isinstance(token, str) or len(token) > 128):
         raise BadRequest("token must be the string returned by the previous page, or null")
     columns = body.get("columns")
+    if columns is not None and op == "summary":
+        raise BadRequest("op 'summary' sends the item and time columns the server summarises; remove \"columns\"")
     if columns is not None:
         if (not isinstance(columns, list) or len(columns) > MAX_COLUMNS
                 or not all(isinstance(c, str) and len(c) <= MAX_NAME_CHARS for c in columns)):

@@ -3,6 +3,9 @@
 - ``do_get(ticket)``: the ticket is a JSON query (``transport.flight_protocol``): ``range`` and
   ``symdiff`` pages (B's columns plus ``__smerge_row``; the next page's token is in the
   schema metadata ``smerge.next_token``), or ``stream`` (B in stored order).
+- ``summary`` (a dataset served with ``summaries``): the frequent-item summarised stream of
+  ``transport.summary`` (ENGINES.md section 9), records in time order; also described as the
+  flight ``NAME.summary``.
 - ``do_action("info")`` returns JSON (schema, keys, count, bounds); ``"health"`` returns ok.
 - ``list_flights`` / ``get_flight_info(path NAME)`` describe the plain streams, so that
   ``grpc://host:port/NAME`` can be read like a file.
@@ -35,7 +38,7 @@ import ssl
 import tempfile
 import threading
 import time
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never reach the CLI's stderr
 
@@ -47,6 +50,9 @@ from smerge.index import BIndex, Box
 from smerge.transport.flight_gate import Gate
 from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest,
                                               parse_query)
+
+if TYPE_CHECKING:
+    from smerge.transport.summary import SummaryParams
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815
@@ -184,11 +190,13 @@ class IndexServer(flight.FlightServerBase):
 
     def __init__(self, indexes: Mapping[str, BIndex] | BIndex, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  token: str | None = None, tls_cert: bytes | None = None, tls_key: bytes | None = None,
-                 max_page: int = MAX_PAGE_ROWS, max_response_bytes: int = MAX_RESPONSE_BYTES):
+                 max_page: int = MAX_PAGE_ROWS, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 summaries: Mapping[str, "SummaryParams"] | None = None):
         if isinstance(indexes, BIndex):
             indexes = {indexes.name: indexes}
         if not indexes:
             raise UsageError("the server needs at least one dataset")
+        self._summaries = _prepare_summaries(indexes, summaries or {})
         if token is not None:
             check_token(token)
         if not is_loopback(host) and not token:
@@ -309,6 +317,8 @@ class IndexServer(flight.FlightServerBase):
                 more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
                 raise BadRequest(f"unknown column(s) {', '.join(missing[:5])}{more}; "
                                  f"columns: {', '.join(idx.table.schema.names[:50])}")
+        if q.op == "summary":
+            return self._summary_stream(q.dataset)
         if q.op == "stream":
             table = idx.table if cols is None else idx.table.select(cols)
             self._count()
@@ -363,6 +373,9 @@ class IndexServer(flight.FlightServerBase):
             idx = self._index(name)
             info = idx.info()
             info["max_page"] = self.max_page
+            summary = self._summaries.get(name if name is not None else next(iter(self.indexes)))
+            if summary is not None:
+                info["summary"] = summary[0].describe(summary[1])
             self._count()
             return [json.dumps(info).encode()]
         raise BadRequest(f"unknown action {kind!r}; use info or health")
@@ -379,19 +392,73 @@ class IndexServer(flight.FlightServerBase):
     def list_flights(self, context, criteria):
         for name, idx in self.indexes.items():
             yield self._flight_info(name, idx)
+            if name in self._summaries:
+                yield self._summary_info(name)
 
     @_flight_errors
     def get_flight_info(self, context, descriptor):
         if descriptor.descriptor_type != flight.DescriptorType.PATH or len(descriptor.path) != 1:
             raise BadRequest("describe a dataset by its path NAME")
         name = descriptor.path[0].decode()
+        if name not in self.indexes and name.endswith(SUMMARY_SUFFIX) and name[:-len(SUMMARY_SUFFIX)] in self._summaries:
+            return self._summary_info(name[:-len(SUMMARY_SUFFIX)])
         return self._flight_info(name, self._index(name))
+
+    # -- the summarised streams (transport.summary) ------------------------------------------------
+
+    def _summary_entry(self, name: str | None):
+        idx = self._index(name)
+        name = next(n for n, i in self.indexes.items() if i is idx) if name is None else name
+        entry = self._summaries.get(name)
+        if entry is None:
+            raise BadRequest(f"dataset {name!r} is not served summarised; start the server with --summarize COL "
+                             "--time COL --lifetime DUR")
+        return name, entry
+
+    def _summary_stream(self, name: str | None) -> flight.GeneratorStream:
+        from smerge.transport.summary import summarize, summary_schema
+
+        name, (params, length, table) = self._summary_entry(name)
+        self._count()
+        messages = summarize(table.to_batches(max_chunksize=STREAM_BATCH_ROWS), table.schema, params)
+        return flight.GeneratorStream(summary_schema(table.schema, params, length), _with_metadata(messages))
+
+    def _summary_info(self, name: str) -> flight.FlightInfo:
+        from smerge.transport.summary import summary_schema
+
+        params, length, table = self._summaries[name]
+        ticket = flight.Ticket(json.dumps({"op": "summary", "dataset": name}).encode())
+        desc = flight.FlightDescriptor.for_path(name + SUMMARY_SUFFIX)
+        return flight.FlightInfo(summary_schema(table.schema, params, length), desc,
+                                 [flight.FlightEndpoint(ticket, [])], -1, -1)
 
     def start_background(self) -> threading.Thread:
         """Serve in a daemon thread (the server already listens); stop with ``shutdown()``."""
         t = threading.Thread(target=self.serve, name="smerge-index-server", daemon=True)
         t.start()
         return t
+
+
+SUMMARY_SUFFIX = ".summary"
+
+
+def _prepare_summaries(indexes: Mapping[str, BIndex], summaries: Mapping) -> dict:
+    """name -> (params, lifetime length in ticks, the item and time columns sorted by time)."""
+    out = {}
+    for name, params in summaries.items():
+        if name not in indexes:
+            raise UsageError(f"--summarize: no dataset {name!r}; served: {', '.join(indexes)}")
+        table = indexes[name].table
+        length = params.resolve(table.schema, name)
+        cols = table.select([params.item, params.time])
+        out[name] = (params, length, cols.sort_by(params.time))  # Arrow's sort is stable
+    return out
+
+
+def _with_metadata(messages):
+    """(batch, app-metadata bytes or None) -> what GeneratorStream sends."""
+    for batch, meta in messages:
+        yield batch if meta is None else (batch, pa.py_buffer(meta))
 
 
 def _row_bytes(idx: BIndex, cols: list[str] | None) -> int:
