@@ -53,6 +53,9 @@ def serve(
             raise UsageError(f"--port {port} is not a port number (0-65535)")
         if max_page < 1:
             raise UsageError(f"--max-page is {max_page}; use an integer >= 1")
+        wants_summary = summarize is not None or time_col is not None or lifetime is not None
+        if wants_summary and not (summarize and time_col and lifetime):
+            raise UsageError("a summarised stream needs --summarize COL, --time COL and --lifetime DUR")
         token = read_token_file(token_file) if token_file else None
         cert = key = None
         if tls_cert or tls_key:
@@ -75,12 +78,10 @@ def serve(
                 raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
             idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
         summaries = None
-        if summarize is not None or time_col is not None or lifetime is not None:
+        if wants_summary:
             from smerge.merge.hcount import parse_sketch
             from smerge.transport.summary import SummaryParams
 
-            if not (summarize and time_col and lifetime):
-                raise UsageError("a summarised stream needs --summarize COL, --time COL and --lifetime DUR")
             summaries = {idx.name: SummaryParams(summarize, time_col, lifetime, support=support,
                                                  correct_factor=correct_factor, sketch=parse_sketch(sketch),
                                                  max_frequent=max_frequent)}
