@@ -92,13 +92,21 @@ class HCount:
         h = _mix(keys[None, :] ^ self._salts[:, None])
         return ((h >> np.uint64(32)) % np.uint64(self.width)).astype(np.int64)
 
-    def update(self, keys: np.ndarray) -> None:
-        """Add one occurrence of each key (repeats count repeatedly)."""
+    def update(self, keys: np.ndarray, counts: np.ndarray | None = None) -> None:
+        """Add one occurrence of each key (repeats count repeatedly), or ``counts[i]`` occurrences
+        of ``keys[i]`` (the same counters, hashing each distinct key once)."""
         if len(keys) == 0:
             return
         flat = self.cells(keys) + (np.arange(self.depth, dtype=np.int64) * self.width)[:, None]
-        self.counters += np.bincount(flat.ravel(), minlength=self.depth * self.width).reshape(self.depth, self.width)
-        self.n += len(keys)
+        if counts is None:
+            add = np.bincount(flat.ravel(), minlength=self.depth * self.width)
+            self.n += len(keys)
+        else:
+            counts = np.asarray(counts, np.int64)
+            add = np.bincount(flat.ravel(), weights=np.broadcast_to(counts, flat.shape).ravel(),
+                              minlength=self.depth * self.width).round().astype(np.int64)
+            self.n += int(counts.sum())
+        self.counters += add.reshape(self.depth, self.width)
 
     def estimate(self, keys: np.ndarray) -> np.ndarray:
         """eFreq's F(k) per key: the minimum of its counters (never below the true count)."""

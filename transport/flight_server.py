@@ -197,6 +197,8 @@ class IndexServer(flight.FlightServerBase):
         if not indexes:
             raise UsageError("the server needs at least one dataset")
         self._summaries = _prepare_summaries(indexes, summaries or {})
+        self._summary_cache: dict[str, list] = {}
+        self._summary_lock = threading.Lock()
         if token is not None:
             check_token(token)
         if not is_loopback(host) and not token:
@@ -420,7 +422,11 @@ class IndexServer(flight.FlightServerBase):
 
         name, (params, length, table) = self._summary_entry(name)
         self._count()
-        messages = summarize(table.to_batches(max_chunksize=STREAM_BATCH_ROWS), table.schema, params)
+        with self._summary_lock:  # a served dataset does not change: summarise it once, at the first request
+            messages = self._summary_cache.get(name)
+            if messages is None:
+                messages = list(summarize(table.to_batches(max_chunksize=STREAM_BATCH_ROWS), table.schema, params))
+                self._summary_cache[name] = messages
         return flight.GeneratorStream(summary_schema(table.schema, params, length), _with_metadata(messages))
 
     def _summary_info(self, name: str) -> flight.FlightInfo:

@@ -185,16 +185,17 @@ class _Sender:
             self.stats.lifetimes += 1
             yield from self._open()
         fdi = self.fdi
-        u, first = np.unique(keys, return_index=True)
+        # each distinct item of the segment is hashed and looked up once
+        u, first, inverse, counts = np.unique(keys, return_index=True, return_inverse=True, return_counts=True)
         self.cand_keys.append(u)
         self.cand_items.append(raw.column(0).take(pa.array(first)))
-        self.sketch.update(keys)
+        self.sketch.update(u, counts)
         if len(fdi.keys):
-            pos = np.minimum(np.searchsorted(fdi.keys, keys), len(fdi.keys) - 1)
-            hit = fdi.keys[pos] == keys
-            fdi.true += np.bincount(pos[hit], minlength=len(fdi.keys))
-            if hit.any():
-                raw = raw.filter(pa.array(~hit))
+            pos = np.minimum(np.searchsorted(fdi.keys, u), len(fdi.keys) - 1)
+            hit_u = fdi.keys[pos] == u
+            if hit_u.any():
+                fdi.true += np.bincount(pos[hit_u], weights=counts[hit_u], minlength=len(fdi.keys)).astype(np.int64)
+                raw = raw.filter(pa.array(~hit_u[inverse]))
         if raw.num_rows:
             self.stats.raw_sent += raw.num_rows
             yield raw, None

@@ -75,3 +75,14 @@ def test_parse_sketch():
             parse_sketch(bad)
     with pytest.raises(UsageError):
         HCount(0, 3)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 100), max_size=300), st.integers(1, 5), st.integers(1, 20))
+def test_weighted_update_equals_one_by_one(items, depth, width):
+    a, b = HCount(depth, width, seed=7), HCount(depth, width, seed=7)
+    keys = item_keys(np.asarray(items, np.int64))
+    a.update(keys)
+    u, c = np.unique(keys, return_counts=True)
+    b.update(u, c)
+    assert (a.counters == b.counters).all() and a.n == b.n
