@@ -4,10 +4,8 @@ statistics, bad input (exit 2, one line)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
