@@ -21,15 +21,24 @@ __all__ = [
 
 
 def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
-               batch_rows: int = DEFAULT_BATCH_ROWS, fmt: str | None = None, decode_times: bool = False) -> InputSource:
+               batch_rows: int = DEFAULT_BATCH_ROWS, fmt: str | None = None, decode_times: bool = False,
+               sample: float | None = None, sample_seed: int | None = None) -> InputSource:
     """Open ``path`` as a stream of records (spec section 1).
 
     ``keys``: key columns/variables (netCDF default: the coordinate variables of the chosen
     variables' dimensions; tabular files have no default). ``variables``: payload (default: all
     variables on the key dimensions / all non-key columns). ``decode_times``: netCDF keys with
     CF units ``"<unit> since <date>"`` become ``timestamp[ns]``. Nothing is read beyond metadata
-    until ``batches()`` is iterated.
+    until ``batches()`` is iterated. ``sample``, ``sample_seed``: for an archive folder, the
+    sampling fraction in (0, 1] and its seed (datasets/archive_read.py); other inputs refuse them.
     """
     path = local_path(path)  # file:///x read by smerge's own readers (in-process runs)
     backend = guess_backend(path, fmt)
+    if backend.name == "archive":
+        return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times,
+                            sample=sample, sample_seed=sample_seed)
+    if sample is not None and sample != 1:
+        from smerge.errors import UsageError
+
+        raise UsageError(f"{path}: sampling (fraction {sample}) reads archives only; this input is {backend.name}")
     return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times)

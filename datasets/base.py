@@ -90,7 +90,7 @@ def register_backend(backend: Backend) -> Backend:
 
 def backends() -> dict[str, Backend]:
     # Built-in backends register on import; third parties may call register_backend.
-    from smerge.datasets import arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
+    from smerge.datasets import archive_read, arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
 
     return dict(_REGISTRY)
 
@@ -119,6 +119,12 @@ def read_magic(path: str) -> bytes:
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file; check the path")
     if os.path.isdir(path):
+        from smerge.datasets.archive import is_archive
+
+        if is_archive(path):  # a folder with an archive manifest: datasets/archive_read.py opens it
+            from smerge.datasets.archive_read import ARCHIVE_MAGIC
+
+            return ARCHIVE_MAGIC
         raise InputError(f"{path}: is a directory, not a data file; name a file")
     try:
         with open(path, "rb") as f:
