@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "smerge.cli.batch",
     "smerge.cli.plot",
     "smerge.cli.count",
+    "smerge.cli.archive",
 ]
 
 for _name in COMMAND_MODULES:

@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.outputs import make_staging, remove_stale, temp_name
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, OutputError, UsageError
 
 ARCHIVE_FORMAT = "smerge-archive"
 ARCHIVE_VERSION = 1
@@ -375,6 +375,15 @@ def append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch], 
     The schema must equal the archive's (names, order and types) and hold ``params.time``;
     otherwise ``UsageError`` before anything is written.
     """
+    try:
+        return _append(directory, source_path, batches, schema, params)
+    except OSError as e:  # a folder that cannot be written, a full disk: the current run is not appended
+        raise OutputError(f"{directory}: cannot write the archive ({e.strerror or _short(e)}); check the folder's "
+                          "permissions and free space (runs appended before this one are kept)") from None
+
+
+def _append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch], schema: pa.Schema,
+            params: AppendParams) -> dict:
     check_time_column(source_path, schema, params.time)
     existing = is_archive(directory)
     if existing:

@@ -1,0 +1,145 @@
+"""`smerge archive append|info` through the CLI, and an archive as the input of other commands:
+cgm over an archive at f = 1 equals cgm over the original file; bad input is exit 2, one line."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from smerge.cli.main import main
+from smerge.datasets.archive_read import SAMPLE_ENV
+
+
+def run_cli(capsys, *args):
+    rc = main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return rc, cap.out, cap.err
+
+
+def snapshot(folder):
+    out = {}
+    for root, _, files in os.walk(folder):
+        for f in files:
+            p = os.path.join(root, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, folder)] = fh.read()
+    return out
+
+
+@pytest.fixture
+def ab(tmp_path):
+    n = 4000
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"t": np.arange(0, 2 * n, 2.0), "x": np.arange(n)}), a)
+    pq.write_table(pa.table({"t": np.arange(0, 3 * n, 3.0) + 0.1, "y": np.arange(n)}), b)
+    return a, b
+
+
+@pytest.fixture
+def arch(ab, tmp_path, capsys):
+    a, _ = ab
+    out = tmp_path / "arch"
+    half = tmp_path / "a1.parquet", tmp_path / "a2.parquet"
+    t = pq.read_table(a)
+    pq.write_table(t.slice(0, 2500), half[0])
+    pq.write_table(t.slice(2500), half[1])
+    for h in half:
+        rc, so, se = run_cli(capsys, "archive", "append", out, h, "--time", "t", "--run-blocks", "4",
+                             "--block-rows", "300", "--seed", "3")
+        assert rc == 0, se
+        assert "records of" in so
+    return out
+
+
+def test_append_and_info(arch, capsys):
+    rc, so, se = run_cli(capsys, "archive", "info", arch)
+    assert rc == 0, se
+    assert "4,000 records" in so and "time 0.0 .. 7998.0" in so
+    rc, so, se = run_cli(capsys, "archive", "info", arch, "--json")
+    d = json.loads(so)
+    assert d["count"] == 4000 and d["runs"] == len(d["run_list"]) > 2 and d["time"] == "t"
+    assert d["blocks"] <= 4 * d["runs"] and d["format"] == "smerge-archive/1"
+
+
+def test_append_json(ab, tmp_path, capsys):
+    rc, so, se = run_cli(capsys, "archive", "append", tmp_path / "z", ab[1], "--time", "t", "--json")
+    assert rc == 0, se
+    d = json.loads(so)
+    assert d["records_added"] == 4000 and d["runs"] == 1
+
+
+def test_cgm_over_archive_equals_the_original(ab, arch, tmp_path, capsys):
+    a, b = ab
+    outs = []
+    for i, src in enumerate((a, arch)):
+        out, stats = tmp_path / f"o{i}.parquet", tmp_path / f"s{i}.json"
+        rc, _, se = run_cli(capsys, "cgm", src, b, "--keys", "t", "--eps", "0.6", "--local", "-o", out,
+                            "--stats", stats)
+        assert rc == 0, se
+        s = json.loads(stats.read_text())
+        outs.append((pq.read_table(out), s["matched"], s["a_records"]))
+    assert outs[0][0].equals(outs[1][0])
+    assert outs[0][1:] == outs[1][1:] and outs[0][1] > 0
+
+
+def test_index_build_over_archive(arch, tmp_path, capsys):
+    rc, so, se = run_cli(capsys, "index", "build", arch, "-o", tmp_path / "idx", "--keys", "t", "--json")
+    assert rc == 0, se
+    assert json.loads(so)["count"] == 4000
+
+
+def test_cgm_sample_from_environment(ab, arch, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv(SAMPLE_ENV, "0.5")
+    stats = tmp_path / "s.json"
+    rc, _, se = run_cli(capsys, "cgm", arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                        tmp_path / "o.parquet", "--stats", stats)
+    assert rc == 0, se
+    n = json.loads(stats.read_text())["a_records"]
+    assert 1600 < n < 2400
+    monkeypatch.setenv(SAMPLE_ENV, "2")
+    rc, so, se = run_cli(capsys, "cgm", arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                         tmp_path / "o2.parquet")
+    assert rc == 2 and len(se.strip().splitlines()) == 1 and "(0, 1]" in se
+    assert not (tmp_path / "o2.parquet").exists()
+
+
+def _break_manifest(arch):
+    (arch / "manifest.json").write_text((arch / "manifest.json").read_text().replace('"count": 4000', '"count": 4001'))
+
+
+def _flip_block(arch):
+    blocks = sorted((arch / "runs").rglob("*.parquet"))
+    data = bytearray(blocks[0].read_bytes())
+    data[20] ^= 0xFF
+    blocks[0].write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage,args,match", [
+    (None, ["archive", "info", "{tmp}"], "not an smerge archive"),
+    (_break_manifest, ["archive", "info", "{arch}"], "damaged archive"),
+    (_break_manifest, ["cgm", "{arch}", "{b}", "--keys", "t", "--local", "-o", "{tmp}/o.parquet"], "damaged archive"),
+    (_flip_block, ["cgm", "{arch}", "{b}", "--keys", "t", "--local", "-o", "{tmp}/o.parquet"], "SHA-256"),
+    (_flip_block, ["index", "build", "{arch}", "--keys", "t", "-o", "{tmp}/idx"], "SHA-256"),
+    (None, ["archive", "append", "{arch}", "{b2}", "--time", "t"], "differs from the archive"),
+    (None, ["archive", "append", "{arch}", "{tmp}/a1.parquet", "--time", "x"], "archive's time column is 't'"),
+    (None, ["archive", "append", "{tmp}/new", "{b}", "--time", "nope"], "no time column 'nope'"),
+    (None, ["archive", "append", "{arch}", "{arch}", "--time", "t"], "archive itself"),
+    (None, ["archive", "append", "{arch}", "{b}", "--time", "t", "--run-blocks", "0"], "--run-blocks"),
+    (None, ["archive", "append", "{arch}", "{b}", "--time", "t", "--block-rows", "0"], "--block-rows"),
+    (None, ["archive", "append", "{tmp}", "{b}", "--time", "t"], "not empty"),
+])
+def test_bad_input_exit_2_nothing_changed(ab, arch, tmp_path, capsys, damage, args, match):
+    b2 = tmp_path / "b2.parquet"
+    pq.write_table(pa.table({"t": np.arange(5.0), "x": np.arange(5.0)}), b2)  # x double, not int64
+    if damage:
+        damage(arch)
+    before, listing = snapshot(arch), sorted(os.listdir(tmp_path))
+    rc, so, se = run_cli(capsys, *[a.format(tmp=tmp_path, arch=arch, b=ab[1], b2=b2) for a in args])
+    assert rc == 2, (so, se)
+    assert len(se.strip().splitlines()) == 1 and match in se, se
+    assert snapshot(arch) == before and sorted(os.listdir(tmp_path)) == listing
