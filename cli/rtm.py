@@ -15,6 +15,7 @@ from smerge.cli.common import choose_route, delta_exit, emit_stats, merge_summar
     progress_enabled, record_route, run_guarded, split_list, tqdm_progress
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
+from smerge.cli.sampling import SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: auto, see "
@@ -51,6 +52,8 @@ def rtm(
     delta_windows: DeltaWOpt = 10,
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",
+    sample_a: SampleAOpt = None,
+    sample_b: SampleBOpt = None,
     local: RTMLocalOpt = False,
     master: MasterOpt = None,
     partitions: RTMPartitionsOpt = None,
@@ -94,6 +97,7 @@ def rtm(
         spark_conf = parse_conf(conf)
         # B behind --server is not read by this run: A's size (and B's, when a file) decides.
         route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf)
+        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark)
         if route.spark:  # executors resolve relative paths from their own working folder
             job = with_absolute_paths(job)
         check_plot(plot, overwrite=overwrite, inputs=(a, b))
@@ -108,6 +112,7 @@ def rtm(
 
             result = run_rtm_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
                                    verbose=verbose)
+        sample_stats(result, (("a", a), ("b", b)))
         record_route(result, route, job.stats)
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)

@@ -73,6 +73,11 @@ def _resolve(path: str, sample: float | None, sample_seed: int | None) -> tuple[
     return check_fraction(1.0 if sample is None else sample), DEFAULT_SAMPLE_SEED if sample_seed is None else sample_seed
 
 
+def fraction_for(path: str) -> float:
+    """The fraction an archive at ``path`` is read with when opened with no ``sample`` argument."""
+    return _resolve(path, None, None)[0]
+
+
 def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
                columns: list[str] | None, counters: dict) -> pa.Table | None:
     """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""

@@ -143,3 +143,41 @@ def test_bad_input_exit_2_nothing_changed(ab, arch, tmp_path, capsys, damage, ar
     assert rc == 2, (so, se)
     assert len(se.strip().splitlines()) == 1 and match in se, se
     assert snapshot(arch) == before and sorted(os.listdir(tmp_path)) == listing
+
+
+def test_cgm_and_rtm_sample_options(ab, arch, tmp_path, capsys):
+    for cmd in ("cgm", "rtm"):
+        rc, so, se = run_cli(capsys, cmd, arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                             tmp_path / f"{cmd}.parquet", "--sample-a", "0.5", "--json")
+        assert rc == 0, se
+        s = json.loads(so)
+        assert s["a_sample_fraction"] == 0.5 and "b_sample_fraction" not in s
+        assert 1600 < s["a_records"] < 2400
+    # a request lasts one command: the next run reads the whole archive
+    rc, so, se = run_cli(capsys, "cgm", arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                         tmp_path / "full.parquet", "--json")
+    s = json.loads(so)
+    assert s["a_records"] == 4000 and s["a_sample_fraction"] == 1.0
+
+
+def test_wjoin_sample_option(ab, arch, tmp_path, capsys):
+    rc, so, se = run_cli(capsys, "wjoin", arch, ab[1], "--time", "t", "--window", "1", "--local", "-o",
+                         tmp_path / "w.parquet", "--sample", "0.5", "--json")
+    assert rc == 0, se
+    s = json.loads(so)
+    assert s["sample_fractions"] == [0.5, None] and 1600 < s["records_read"]["S1"] < 2400
+
+
+@pytest.mark.parametrize("args,match", [
+    (["cgm", "{arch}", "{b}", "--keys", "t", "--local", "--sample-a", "0"], "(0, 1]"),
+    (["cgm", "{arch}", "{b}", "--keys", "t", "--local", "--sample-a", "1.5"], "(0, 1]"),
+    (["cgm", "{arch}", "{b}", "--keys", "t", "--local", "--sample-b", "0.5"], "not an archive folder"),
+    (["rtm", "{arch}", "{b}", "--keys", "t", "--local", "--sample-a", "nan"], "(0, 1]"),
+    (["wjoin", "{b}", "{b}", "--time", "t", "--window", "1", "--local", "--sample", "0.5"], "no input is an archive"),
+    (["wjoin", "{arch}", "{b}", "--time", "t", "--window", "1", "--local", "--sample", "abc"], "fraction in (0, 1]"),
+])
+def test_bad_sample_options(ab, arch, tmp_path, capsys, args, match):
+    out = tmp_path / "o.parquet"
+    rc, so, se = run_cli(capsys, *[a.format(arch=arch, b=ab[1]) for a in args], "-o", out)
+    assert rc == 2 and len(se.strip().splitlines()) == 1 and match in se, se
+    assert not out.exists()
