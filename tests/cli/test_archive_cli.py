@@ -181,3 +181,18 @@ def test_bad_sample_options(ab, arch, tmp_path, capsys, args, match):
     rc, so, se = run_cli(capsys, *[a.format(arch=arch, b=ab[1]) for a in args], "-o", out)
     assert rc == 2 and len(se.strip().splitlines()) == 1 and match in se, se
     assert not out.exists()
+
+
+def test_rtm_with_b_an_archive_equals_the_file(ab, tmp_path, capsys):
+    a, b = ab
+    barch = tmp_path / "barch"
+    rc, _, se = run_cli(capsys, "archive", "append", barch, b, "--time", "t", "--run-blocks", "4",
+                        "--block-rows", "300", "--seed", "4")
+    assert rc == 0, se
+    outs = []
+    for i, src in enumerate((b, barch)):  # B is read and indexed by the server this run starts
+        out = tmp_path / f"r{i}.parquet"
+        rc, so, se = run_cli(capsys, "rtm", a, src, "--keys", "t", "--eps", "0.6", "--local", "-o", out, "--json")
+        assert rc == 0, se
+        outs.append((pq.read_table(out).sort_by("t"), json.loads(so)["matched"]))
+    assert outs[0][0].equals(outs[1][0]) and outs[0][1] == outs[1][1] > 0
