@@ -75,13 +75,12 @@ def schema_list(schema: pa.Schema) -> list[list[str]]:
     return [[f.name, str(f.type)] for f in schema]
 
 
-def _json_time(value: Any) -> Any:
-    """A time value as JSON: numbers as they are, timestamps and dates as ISO text."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (int, float)):
-        return value
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+def _json_time(column: pa.ChunkedArray | pa.Array, i: int) -> Any:
+    """Value ``i`` of a time column as JSON: numbers as they are, timestamps and dates as Arrow's
+    text (``2024-01-01 00:00:00.000000001``: fixed width per unit, so text order is time order)."""
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        return column[i].as_py()
+    return column.slice(i, 1).cast(pa.string())[0].as_py()
 
 
 @dataclass(frozen=True)
@@ -249,8 +248,7 @@ class AppendParams:
             raise UsageError(f"--seed is {self.seed}; use 0 .. 2^63-1")
 
 
-_SORTABLE = (pa.types.is_integer, pa.types.is_floating, pa.types.is_timestamp, pa.types.is_date,
-             pa.types.is_duration, pa.types.is_time)
+_SORTABLE = (pa.types.is_integer, pa.types.is_floating, pa.types.is_timestamp, pa.types.is_date)
 
 
 def check_time_column(where: str, schema: pa.Schema, time: str) -> None:
@@ -258,7 +256,7 @@ def check_time_column(where: str, schema: pa.Schema, time: str) -> None:
         raise UsageError(f"{where}: no time column {time!r}; its columns are {', '.join(schema.names)}")
     t = schema.field(time).type
     if not any(p(t) for p in _SORTABLE):
-        raise UsageError(f"{where}: time column {time!r} is {t}; it must be a number, timestamp, date or duration")
+        raise UsageError(f"{where}: time column {time!r} is {t}; it must be a number, timestamp or date")
 
 
 @contextmanager
@@ -338,7 +336,7 @@ def _write_run(directory: str, table: pa.Table, ids: np.ndarray, run_blocks: int
             _write_file(os.path.join(staging, name), data)
             tcol = block.column(time)
             blocks.append({"file": f"{RUNS_DIR}/{run_id}/{name}", "count": block.num_rows,
-                           "t_min": _json_time(tcol[0].as_py()), "t_max": _json_time(tcol[-1].as_py()),
+                           "t_min": _json_time(tcol, 0), "t_max": _json_time(tcol, len(tcol) - 1),
                            "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         _fsync_dir(staging)
         os.rename(staging, final)
@@ -375,9 +373,15 @@ def append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch], 
     The schema must equal the archive's (names, order and types) and hold ``params.time``;
     otherwise ``UsageError`` before anything is written.
     """
+    created = not os.path.lexists(directory)
     try:
         return _append(directory, source_path, batches, schema, params)
-    except OSError as e:  # a folder that cannot be written, a full disk: the current run is not appended
+    except BaseException as e:
+        if created and not is_archive(directory):  # failed before its first run: leave no folder behind
+            shutil.rmtree(directory, ignore_errors=True)
+        if not isinstance(e, OSError):
+            raise
+        # a folder that cannot be written, a full disk: the current run is not appended
         raise OutputError(f"{directory}: cannot write the archive ({e.strerror or _short(e)}); check the folder's "
                           "permissions and free space (runs appended before this one are kept)") from None
 
@@ -407,8 +411,6 @@ def _append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch],
             "arrow_schema": base64.b64encode(schema.serialize().to_pybytes()).decode("ascii"),
             "count": 0, "runs": []}
         meta["runs"] = list(meta["runs"])
-        if man is None:
-            _write_manifest(directory, meta)  # an empty archive: it exists with its schema from now on
         seed_rng = np.random.default_rng(params.seed)
         added_runs = added = 0
         pending: list[pa.RecordBatch] = []
@@ -447,6 +449,8 @@ def _append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch],
             if pending_rows >= run_max:
                 flush(False)
         flush(True)
+        if man is None and not added_runs:
+            _write_manifest(directory, meta)  # an empty source: an empty archive, with its schema
     return {"archive": directory, "source": source_path, "runs_added": added_runs, "records_added": added,
             "runs": len(meta["runs"]), "count": meta["count"]}
 

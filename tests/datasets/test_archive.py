@@ -289,3 +289,11 @@ def test_null_time_refused(tmp_path):
     pq.write_table(pa.table({"t": pa.array([1.0, float("nan"), 3.0]), "v": [1, 2, 3]}), src)
     with pytest.raises(InputError, match="missing or NaN at record 1"):
         do_append(tmp_path / "a", str(src))
+
+
+def test_failed_first_append_leaves_no_folder(tmp_path):
+    src = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"t": pa.array([1.0, None, 3.0]), "v": [1, 2, 3]}), src)
+    with pytest.raises(InputError, match="missing or NaN"):
+        do_append(tmp_path / "new", str(src))
+    assert not (tmp_path / "new").exists()
