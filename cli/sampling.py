@@ -3,11 +3,13 @@
 The fraction is handed to the archive backend before the inputs are opened
 (``archive_read.request_sample``); the statistics then give the fraction used per archive input
 (``a_sample_fraction``, ``b_sample_fraction``; wjoin: ``sample_fractions``, None for inputs
-that are not archives). In-process only for now: Spark runs refuse f < 1.
+that are not archives) and counts scaled by 1/f into estimates with 95% intervals. In-process
+only for now: Spark runs refuse f < 1.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Optional, Sequence
 
 import typer
@@ -56,14 +58,34 @@ def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool)
     apply_samples([("--sample", text, p) for p in archives], spark=spark)
 
 
+Z95 = 1.959964  # two-sided 95% normal quantile
+
+
+def estimate(count: int, p: float) -> tuple[float, list[float]]:
+    """``count / p`` and its 95% interval, as if each counted item of the full run had been kept
+    independently with probability ``p`` (binomial, normal approximation; never below ``count``)."""
+    est = count / p
+    half = Z95 * math.sqrt(count * (1.0 - p)) / p
+    return est, [max(float(count), est - half), est + half]
+
+
 def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> dict:
-    """Add ``<name>_sample_fraction`` for each ``(name, path)`` that is an archive folder."""
+    """Add ``<name>_sample_fraction`` for each ``(name, path)`` that is an archive folder and, when
+    a fraction is below 1, estimates for the full inputs: ``<name>_records_estimate`` and
+    ``matched_estimate`` (a pair survives with the product of the fractions), each with ``_95``."""
     from smerge.datasets.archive import is_archive
     from smerge.datasets.archive_read import fraction_for
 
+    p = 1.0
     for name, path in named:
         if path is not None and is_archive(path):
-            result[f"{name}_sample_fraction"] = fraction_for(path)
+            f = result[f"{name}_sample_fraction"] = fraction_for(path)
+            p *= f
+            if f < 1 and isinstance(result.get(f"{name}_records"), int):
+                result[f"{name}_records_estimate"], result[f"{name}_records_estimate_95"] = \
+                    estimate(result[f"{name}_records"], f)
+    if p < 1 and isinstance(result.get("matched"), int):
+        result["matched_estimate"], result["matched_estimate_95"] = estimate(result["matched"], p)
     return result
 
 
@@ -72,5 +94,8 @@ def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
     from smerge.datasets.archive_read import fraction_for
 
     if any(is_archive(p) for p in inputs):
-        result["sample_fractions"] = [fraction_for(p) if is_archive(p) else None for p in inputs]
+        fractions = result["sample_fractions"] = [fraction_for(p) if is_archive(p) else None for p in inputs]
+        prod = math.prod(f for f in fractions if f is not None)
+        if prod < 1 and isinstance(result.get("tuples"), int):  # a tuple survives with the product
+            result["tuples_estimate"], result["tuples_estimate_95"] = estimate(result["tuples"], prod)
     return result

@@ -166,6 +166,8 @@ def test_wjoin_sample_option(ab, arch, tmp_path, capsys):
     assert rc == 0, se
     s = json.loads(so)
     assert s["sample_fractions"] == [0.5, None] and 1600 < s["records_read"]["S1"] < 2400
+    assert s["tuples_estimate"] == s["tuples"] / 0.5
+    assert s["tuples_estimate_95"][0] <= s["tuples_estimate"] <= s["tuples_estimate_95"][1]
 
 
 @pytest.mark.parametrize("args,match", [
@@ -196,3 +198,21 @@ def test_rtm_with_b_an_archive_equals_the_file(ab, tmp_path, capsys):
         assert rc == 0, se
         outs.append((pq.read_table(out).sort_by("t"), json.loads(so)["matched"]))
     assert outs[0][0].equals(outs[1][0]) and outs[0][1] == outs[1][1] > 0
+
+
+def test_estimates_and_their_95_intervals(ab, arch, tmp_path, capsys, monkeypatch):
+    rc, so, se = run_cli(capsys, "cgm", arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                         tmp_path / "full.parquet", "--json")
+    full = json.loads(so)
+    assert "matched_estimate" not in full and "a_records_estimate" not in full  # f = 1: counts are exact
+    covered = 0
+    for seed in range(20):  # the interval covers the full run's count on most seeds (nominal 95%)
+        monkeypatch.setenv("SMERGE_ARCHIVE_SEED", str(seed))
+        rc, so, se = run_cli(capsys, "cgm", arch, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o",
+                             tmp_path / f"s{seed}.parquet", "--sample-a", "0.5", "--json")
+        assert rc == 0, se
+        s = json.loads(so)
+        assert s["matched_estimate"] == s["matched"] / 0.5 and s["a_records_estimate"] == s["a_records"] / 0.5
+        lo, hi = s["matched_estimate_95"]
+        covered += lo <= full["matched"] <= hi
+    assert covered >= 16, covered
