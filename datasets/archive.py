@@ -292,11 +292,22 @@ def _new_archive_ok(directory: str) -> bool:
     return all(name in (LOCK, RUNS_DIR) or ".smerge-" in name for name in os.listdir(directory))
 
 
+def time_order(column: pa.ChunkedArray) -> pa.Array:
+    """Indices that sort a time column (no nulls) stably. numpy's stable sort is a timsort that
+    merges presorted stretches, so on concatenated sorted blocks it is a k-way merge."""
+    return pa.array(np.argsort(column.to_numpy(), kind="stable"))
+
+
+def _block_ids(rng: np.random.Generator, run_blocks: int, m: int) -> np.ndarray:
+    """The block of each of ``m`` records, uniform; 16-bit when it fits (numpy's stable argsort is a radix sort then)."""
+    return rng.integers(0, run_blocks, size=m, dtype=np.uint16 if run_blocks <= 1 << 16 else np.int64)
+
+
 def _split_run(n: int, run_blocks: int, block_rows: int, rng: np.random.Generator) -> tuple[int, np.ndarray]:
     """Assign the next records uniformly at random to ``run_blocks`` blocks until one holds
     ``block_rows``: returns (records in this run, block of each of them)."""
     m = min(n, run_blocks * (block_rows - 1) + 1)  # a block is full by then (pigeonhole)
-    ids = rng.integers(0, run_blocks, size=m)
+    ids = _block_ids(rng, run_blocks, m)
     if m < run_blocks * (block_rows - 1) + 1 and np.bincount(ids, minlength=run_blocks).max() < block_rows:
         return m, ids  # the source ended before any block filled
     order = np.argsort(ids, kind="stable")
@@ -310,7 +321,6 @@ def _split_run(n: int, run_blocks: int, block_rows: int, rng: np.random.Generato
 def _write_run(directory: str, table: pa.Table, ids: np.ndarray, run_blocks: int, time: str,
                run_id: str) -> list[dict]:
     """Write one run's blocks in a staging folder, then rename it to runs/<run_id>."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     runs = os.path.join(directory, RUNS_DIR)
@@ -328,7 +338,7 @@ def _write_run(directory: str, table: pa.Table, ids: np.ndarray, run_blocks: int
             if rows.size == 0:
                 continue
             block = table.take(pa.array(rows))
-            block = block.take(pc.sort_indices(block, sort_keys=[(time, "ascending")]))  # stable
+            block = block.take(time_order(block.column(time)))
             sink = pa.BufferOutputStream()
             pq.write_table(block, sink)
             data = sink.getvalue().to_pybytes()
