@@ -60,6 +60,7 @@ def append_cmd(
 def info_cmd(
     archive: Annotated[str, typer.Argument(help="Archive folder.")],
     json_: Annotated[bool, typer.Option("--json", help="Print everything as JSON (with the runs).")] = False,
+    verify: Annotated[bool, typer.Option("--verify", help="Also read every block and check its SHA-256.")] = False,
     debug: DebugOpt = False,
 ) -> None:
     """Runs, blocks, records, bytes and time range of ARCHIVE (its manifest and block sizes are checked)."""
@@ -67,7 +68,7 @@ def info_cmd(
     def body() -> int:
         from smerge.datasets.archive import info
 
-        d = info(archive)
+        d = info(archive, verify=verify)
         if json_:
             typer.echo(json.dumps(d, indent=2))
         else:

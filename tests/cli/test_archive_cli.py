@@ -56,6 +56,14 @@ def arch(ab, tmp_path, capsys):
     return out
 
 
+def test_info_verify_reads_every_block(arch, capsys):
+    assert run_cli(capsys, "archive", "info", arch, "--verify")[0] == 0
+    _flip_block(arch)
+    assert run_cli(capsys, "archive", "info", arch)[0] == 0  # sizes unchanged: only --verify hashes
+    rc, _, se = run_cli(capsys, "archive", "info", arch, "--verify")
+    assert rc == 2 and "SHA-256" in se
+
+
 def test_append_and_info(arch, capsys):
     rc, so, se = run_cli(capsys, "archive", "info", arch)
     assert rc == 0, se
@@ -125,6 +133,7 @@ def _flip_block(arch):
     (_break_manifest, ["cgm", "{arch}", "{b}", "--keys", "t", "--local", "-o", "{tmp}/o.parquet"], "damaged archive"),
     (_flip_block, ["cgm", "{arch}", "{b}", "--keys", "t", "--local", "-o", "{tmp}/o.parquet"], "SHA-256"),
     (_flip_block, ["index", "build", "{arch}", "--keys", "t", "-o", "{tmp}/idx"], "SHA-256"),
+    (_flip_block, ["archive", "info", "{arch}", "--verify"], "SHA-256"),
     (None, ["archive", "append", "{arch}", "{b2}", "--time", "t"], "differs from the archive"),
     (None, ["archive", "append", "{arch}", "{tmp}/a1.parquet", "--time", "x"], "archive's time column is 't'"),
     (None, ["archive", "append", "{tmp}/new", "{b}", "--time", "nope"], "no time column 'nope'"),
