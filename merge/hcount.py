@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from smerge.errors import UsageError
+from smerge.merge.hashing import mix64 as _mix
 
 DEFAULT_DEPTH = 30  # h: hash rows (the paper's 30 x 30)
 DEFAULT_WIDTH = 30  # m: counters per row
@@ -31,17 +32,6 @@ DEFAULT_SUPPORT = 0.005  # lambda: frequent means estimated count >= lambda * n
 DEFAULT_MAX_FREQUENT = 300  # F: most frequent items kept (FDI memory)
 MAX_CELLS = 1 << 24  # depth * width
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijection of uint64 that spreads every input bit."""
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * _M1
-        x = x ^ (x >> np.uint64(27))
-        x = x * _M2
-        return x ^ (x >> np.uint64(31))
 
 
 def _digest(value: bytes) -> int:

@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 from smerge.errors import InputError, UsageError
 from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
+from smerge.merge.hashing import mix64 as _mix
 from smerge.merge.stats import BoundedSeries
 
 DEFAULT_OUTPUT_ROWS = 65536
@@ -417,16 +418,6 @@ def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
 
 # ---- hashing of equality keys ---------------------------------------------------------------
 
-_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        x = x ^ (x >> np.uint64(30))
-        x = x * _M1
-        x = x ^ (x >> np.uint64(27))
-        x = x * _M2
-        return x ^ (x >> np.uint64(31))
 
 
 def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
@@ -454,12 +445,17 @@ def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
     return pd.util.hash_array(v.astype(object)).astype(np.uint64)
 
 
-def _hash_terms(table: pa.Table, terms: Sequence[X.Col]) -> np.ndarray:
-    h = np.zeros(table.num_rows, np.uint64)
+def _hash_values(columns: Sequence[tuple[pa.Array | pa.ChunkedArray, str]], rows: int) -> np.ndarray:
+    """One hash per row over several (column, term kind) pairs, in order."""
+    h = np.zeros(rows, np.uint64)
     with np.errstate(over="ignore"):
-        for t in terms:
-            h = _mix(h * np.uint64(31) + _hash_column(table.column(t.name), t.kind))
+        for col, kind in columns:
+            h = _mix(h * np.uint64(31) + _hash_column(col, kind))
     return h
+
+
+def _hash_terms(table: pa.Table, terms: Sequence[X.Col]) -> np.ndarray:
+    return _hash_values([(table.column(t.name), t.kind) for t in terms], table.num_rows)
 
 
 # ---- the engine -----------------------------------------------------------------------------
@@ -782,11 +778,8 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(_hash_terms(comb_tab[j], [p[0] for p in probes]))
-            hp = np.zeros(a_idx.shape[0], np.uint64)
-            with np.errstate(over="ignore"):
-                for cj, cb in probes:
-                    col = comb_tab[cb.stream].column(cb.name).take(pa.array(mem[cb.stream]))
-                    hp = _mix(hp * np.uint64(31) + _hash_column(col, cj.kind))
+            hp = _hash_values([(comb_tab[cb.stream].column(cb.name).take(pa.array(mem[cb.stream])), cj.kind)
+                               for cj, cb in probes], a_idx.shape[0])
             parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx])
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
