@@ -163,7 +163,15 @@ class IndexClient:
         """B in stored order, batch by batch (a dropped stream is an error, not retried mid-way)."""
         q = Query(op="stream", dataset=self.dataset, boxes=(), limit=1, token=None,
                   columns=tuple(columns) if columns is not None else None)
-        reader = self._call(lambda: self._client.do_get(flight.Ticket(q.to_json()), self._options))
+        for chunk in self._chunks(self._do_get(q)):
+            yield chunk.data
+
+    def _do_get(self, q: Query):
+        return self._call(lambda: self._client.do_get(flight.Ticket(q.to_json()), self._options))
+
+    def _chunks(self, reader) -> Iterator:
+        """The chunks of one ``do_get`` reader; a dropped stream is an InputError; the reader is
+        cancelled when the caller stops early."""
         try:
             while True:
                 try:
@@ -172,7 +180,7 @@ class IndexClient:
                     return
                 except flight.FlightError as e:
                     raise InputError(f"{self.url}: stream broken ({_first_line(e)})") from None
-                yield chunk.data
+                yield chunk
         finally:
             try:
                 reader.cancel()
@@ -183,24 +191,12 @@ class IndexClient:
         """The summarised stream (``transport.summary``): its schema and (batch, app-metadata)
         messages. A dropped stream is an error, not retried mid-way."""
         q = Query(op="summary", dataset=self.dataset, boxes=(), limit=1, token=None, columns=None)
-        reader = self._call(lambda: self._client.do_get(flight.Ticket(q.to_json()), self._options))
+        reader = self._do_get(q)
 
         def messages():
-            try:
-                while True:
-                    try:
-                        chunk = reader.read_chunk()
-                    except StopIteration:
-                        return
-                    except flight.FlightError as e:
-                        raise InputError(f"{self.url}: stream broken ({_first_line(e)})") from None
-                    meta = chunk.app_metadata
-                    yield chunk.data, (meta.to_pybytes() if meta is not None else None)
-            finally:
-                try:
-                    reader.cancel()
-                except Exception:  # noqa: BLE001 - best effort on an already closed stream
-                    pass
+            for chunk in self._chunks(reader):
+                meta = chunk.app_metadata
+                yield chunk.data, (meta.to_pybytes() if meta is not None else None)
         return reader.schema, messages()
 
     def schema(self) -> pa.Schema:
