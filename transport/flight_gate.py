@@ -182,6 +182,8 @@ class Gate:
             finally:
                 to_server.cancel()
                 to_client.cancel()
+        except asyncio.CancelledError:
+            pass  # the gate is closing: end quietly (asyncio would log a cancelled handler as an error)
         finally:
             transport.abort()
             self._conns.discard(transport)
