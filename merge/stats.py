@@ -11,7 +11,10 @@ import numpy as np
 class ReportWindows:
     """Groups consecutive passes (or RTM A-windows) until >= N records of A are retired.
 
-    ``kappa_i = matched / retired`` for each report window; the last, partial group is kept.
+    ``kappa_i = matched / retired`` for each report window. Every report window retires at least
+    N records of A (spec section 4): the records of a last group that ends short of N (the
+    end of the run) join the report window before it (``finish``); a run that retires fewer
+    than N records in all has that one short window.
     """
 
     window_size: int
@@ -44,7 +47,15 @@ class ReportWindows:
             self.add(m, r)
 
     def finish(self) -> None:
+        """End of the run: a short open group joins the last closed report window (its kappa is
+        that of the union), or is the only window when none closed."""
         if self._retired > 0:
+            if self.counts:
+                m, r = self.counts[-1]
+                self._matched += m
+                self._retired += r
+                self.counts.pop()
+                self.kappas.pop()
             self._close()
 
     def _close(self) -> None:

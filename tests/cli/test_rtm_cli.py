@@ -71,7 +71,7 @@ def test_rtm_outputs_stats_and_unmatched(ab, tmp_path, capsys):
     assert "smerge rtm" in out and "5 pairs" in out
     s = json.load(open(tmp_path / "s.json"))
     assert (s["matched"], s["a_unmatched"], s["b_unmatched"]) == (5, 1, 4)
-    assert s["server"] == "embedded" and s["report_windows"] == 2 and s["kappa_min"] == 0.0
+    assert s["server"] == "embedded" and s["report_windows"] == 1 and s["kappa_min"] == 5 / 6
     o = pq.read_table(tmp_path / "o.parquet")
     assert o.column("y").to_pylist() == [0, 20, 40, 60, 80]
     assert pq.read_table(tmp_path / "un.a.parquet").column("a_row").to_pylist() == [5]

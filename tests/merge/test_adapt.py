@@ -13,7 +13,7 @@ from cgm_reference import cgm_reference
 from smerge.errors import UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge
 from smerge.merge.adapt import DeltaController
-from smerge.merge.stats import MAX_SERIES
+from smerge.merge.stats import MAX_SERIES, ReportWindows
 
 
 def params(keys=("k",), eps=0.0, n=8, ka=1, kb=None, **kw) -> CGMParams:
@@ -38,13 +38,37 @@ def run(a_keys, b_keys, p, batch=3):
     return pairs, ua, ub, st_
 
 
+def controller_schedule(a, b, p, recorded):
+    """The K of every report window closed by the reference's passes and of the passes after the
+    last one: the controller's answers to the reference's windows, in turn. (A short group at the
+    end joins the last report window, so the statistics list K per window and the K of those last
+    passes is not among them; the reference needs it.) Passes up to a window's close depend only
+    on the K's before it, so each window is read off a reference run with the schedule so far."""
+    n = p.window_size
+    c = DeltaController(p)
+    schedule = [c.ks]
+    while True:
+        *_, passes = cgm_reference([(x,) for x in a], [(y,) for y in b], n, p.least_increment_a,
+                                   p.least_increment_b, p.eps, k_schedule=schedule)
+        closed, m_acc, r_acc = [], 0, 0
+        for m, r in passes:
+            m_acc, r_acc = m_acc + m, r_acc + r
+            if r_acc >= n:
+                closed.append(m_acc / r_acc)
+                m_acc = r_acc = 0
+        if len(closed) < len(schedule):
+            return schedule
+        schedule.append(c.update(closed[len(schedule) - 1]))
+
+
 def reference_kappas(passes, n, a_records, matched_total):
-    """Report windows of the reference's passes (spec section 4), then the end's unmatched A."""
-    kappas, m_acc, r_acc = [], 0, 0
+    """Report windows of the reference's passes (spec section 4), then the end's unmatched A;
+    every window retires at least N records of A: a short last group joins the window before."""
+    counts, m_acc, r_acc = [], 0, 0
     for m, r in passes:
         m_acc, r_acc = m_acc + m, r_acc + r
         if r_acc >= n:
-            kappas.append(m_acc / r_acc)
+            counts.append((m_acc, r_acc))
             m_acc = r_acc = 0
     rest = a_records - sum(r for _, r in passes)
     while rest > 0:
@@ -52,11 +76,16 @@ def reference_kappas(passes, n, a_records, matched_total):
         r_acc += k
         rest -= k
         if r_acc >= n:
-            kappas.append(m_acc / r_acc)
+            counts.append((m_acc, r_acc))
             m_acc = r_acc = 0
     if r_acc:
-        kappas.append(m_acc / r_acc)
-    return kappas
+        if counts:
+            m_acc, r_acc = m_acc + counts[-1][0], r_acc + counts[-1][1]
+            counts.pop()
+        counts.append((m_acc, r_acc))
+    assert sum(m for m, _ in counts) == matched_total and sum(r for _, r in counts) == a_records
+    assert all(r >= n for _, r in counts) or len(counts) == 1
+    return [m / r for m, r in counts]
 
 
 def _stream(draw, n, lo, hi, far):
@@ -90,10 +119,12 @@ def test_adapt_passes_equal_reference_with_recorded_k(case):
     a, b, n, ka, kb, eps, delta, m, batch = case
     p = params(eps=eps, n=n, ka=ka, kb=kb, with_ids=True, delta=delta, delta_windows=m, adapt=True)
     pairs, ua, ub, stats = run(a, b, p, batch=batch)
-    schedule = [tuple(k) for k in stats.k_windows]
-    assert len(schedule) == len(stats.kappas)
-    assert all(1 <= x <= n for k in schedule for x in k)
-    assert not schedule or schedule[0] == (ka, kb)
+    recorded = [tuple(k) for k in stats.k_windows]
+    assert len(recorded) == len(stats.kappas)
+    assert all(1 <= x <= n for k in recorded for x in k)
+    assert not recorded or recorded[0] == (ka, kb)
+    schedule = controller_schedule(a, b, p, recorded)
+    assert recorded == schedule[:len(recorded)] + [schedule[-1]] * (len(recorded) - len(schedule))
     ref_pairs, ref_ua, ref_ub, ref_passes = cgm_reference([(x,) for x in a], [(y,) for y in b], n, ka, kb, (eps,),
                                                           k_schedule=schedule)
     assert pairs == ref_pairs
@@ -109,7 +140,7 @@ def test_adapt_passes_equal_reference_with_recorded_k(case):
     assert sorted(ub + [y for _, y in pairs]) == list(range(len(b)))
     # the statistics record the K of each window, and the parameters say K was adapted
     d = stats.as_dict()
-    assert d["k_per_window"] == [list(k) for k in schedule]
+    assert d["k_per_window"] == [list(k) for k in recorded]
     assert d["params"]["adapt"] is True and d["params"]["adapt_k_range"] == [1, n]
 
 
@@ -145,6 +176,49 @@ def test_adapt_needs_delta():
     with pytest.raises(UsageError, match="--delta"):
         params(n=8, ka=2, adapt=True)
     assert params(n=8, ka=2, adapt=True, delta=0.1).as_dict()["adapt_k_range"] == [1, 8]
+
+
+def test_short_last_group_joins_the_report_window_before_it():
+    """Spec section 4: report windows retire at least N records of A. The run's end leaves a group
+    short of N; it joins the last window (kappa of the union), so a handful of unmatched records
+    at the very end weigh by their number, not as one whole window of the moving average."""
+    w = ReportWindows(10)
+    w.add(9, 10)
+    w.add(8, 12)
+    w.add(0, 5)                                  # the end of the run: 5 records, none matched
+    w.finish()
+    assert w.counts == [(9, 10), (8, 17)] and w.kappas == [0.9, 8 / 17]
+    w = ReportWindows(10)
+    w.add(3, 4)                                  # fewer than N in all: the one short window
+    w.finish()
+    assert w.counts == [(3, 4)] and w.kappas == [0.75]
+    w = ReportWindows(10)
+    w.add(9, 10)
+    w.finish()                                   # nothing open: nothing changes
+    assert w.counts == [(9, 10)]
+    w = ReportWindows(4)
+    w.add(4, 4)
+    w.add_unmatched(9)                           # tail of 9 unmatched: windows of 4, 4 and 1 -> 4 and 5
+    w.finish()
+    assert w.counts == [(4, 4), (0, 4), (0, 5)]
+
+
+def test_a_short_tail_does_not_decide_delta_ok():
+    """The benchmark's 33% / D = 0.05 case in small: every window but the run's last 5 records
+    matched 99%; the end's 5 unmatched records lift the moving drop rate by 5 / (N + 5) / m,
+    not by 1 / m."""
+    n, m = 1000, 10
+    w = ReportWindows(n)
+    for _ in range(30):
+        w.add(990, 1000)
+    w.add(0, 5)
+    w.finish()
+    s = MergeStats("cgm", a_records=sum(r for _, r in w.counts), matched=sum(c for c, _ in w.counts))
+    s.kappas, s.params = w.kappas, {"delta": 0.05, "delta_windows": m}
+    d = s.as_dict()
+    assert d["report_windows"] == 30
+    assert d["drop_rate_moving_max"] == pytest.approx(1 - ((m - 1) * 0.99 + 990 / 1005) / m)
+    assert d["delta_ok"] is True
 
 
 def test_k_per_window_is_bounded_and_aligned_with_kappas():

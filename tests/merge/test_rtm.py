@@ -122,7 +122,10 @@ def test_page_mode_finds_every_full_scan_match_and_symdiff_never_more(case):
     sym, _, _, _ = run(ta, tb, params(names, eps, n, "symdiff"))
     _, per_window = rtm_reference(ka, kb, eps, n, "page")
     assert all(found >= full for found, full in per_window)
-    assert st_p.kappas == [found / min(n, ka.shape[0] - i * n) for i, (found, _) in enumerate(per_window)]
+    want = [(found, min(n, ka.shape[0] - i * n)) for i, (found, _) in enumerate(per_window)]
+    if len(want) > 1 and want[-1][1] < n:  # a short last A window joins the report window before it
+        want[-2:] = [(want[-2][0] + want[-1][0], want[-2][1] + want[-1][1])]
+    assert st_p.kappas == [found / retired for found, retired in want]
     assert len(sym) <= len(page)
 
 
