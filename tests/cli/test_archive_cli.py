@@ -121,7 +121,7 @@ def _break_manifest(arch):
 
 
 def _flip_block(arch):
-    blocks = sorted((arch / "runs").rglob("*.parquet"))
+    blocks = sorted((arch / "runs").glob("*.blocks"))
     data = bytearray(blocks[0].read_bytes())
     data[20] ^= 0xFF
     blocks[0].write_bytes(bytes(data))

@@ -227,20 +227,21 @@ KILL_SCRIPT = r"""
 import os, sys, time
 import smerge.datasets.archive as A
 from smerge.datasets import open_input
-ready, where = sys.argv[3], sys.argv[4]
+ready, where, layout = sys.argv[3], sys.argv[4], sys.argv[5]
 calls = {"n": 0}
 def hang():
     open(ready, "w").close()
     time.sleep(60)
-if where == "block":
-    orig = A._write_file
-    def patched(path, data):
+if where == "block":  # in the middle of the run's file
+    orig = A._write_blob
+    def patched(f, data):
         calls["n"] += 1
         if calls["n"] == 3:
+            f.flush()
             hang()
-        orig(path, data)
-    A._write_file = patched
-else:  # after the run's folder is renamed into place, before the manifest is replaced
+        orig(f, data)
+    A._write_blob = patched
+else:  # after the run's file (and aggregates) are fsynced, before the manifest is replaced
     orig = A._write_manifest
     def patched(d, meta):
         hang()
@@ -250,6 +251,10 @@ A.append(sys.argv[1], sys.argv[2], src.batches(), src.schema, A.AppendParams(tim
 """
 
 
+def run_ids_on_disk(arch):
+    return {n.split(".")[0] for n in os.listdir(arch / "runs")}
+
+
 @pytest.mark.parametrize("where", ["block", "manifest"])
 def test_killed_append_leaves_archive_unchanged(two_runs, tmp_path, where):
     arch, s1, _ = two_runs
@@ -257,7 +262,7 @@ def test_killed_append_leaves_archive_unchanged(two_runs, tmp_path, where):
     before_manifest = (arch / MANIFEST).read_bytes()
     before, _ = read_all(arch)
     ready = tmp_path / "ready"
-    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(arch), s3, str(ready), where])
+    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(arch), s3, str(ready), where, "rts"])
     try:
         deadline = time.time() + 30
         while not ready.exists() and time.time() < deadline and p.poll() is None:
@@ -272,7 +277,7 @@ def test_killed_append_leaves_archive_unchanged(two_runs, tmp_path, where):
     after, _ = read_all(arch)
     assert after.num_rows == before.num_rows + 3_000
     listed = {r["id"] for r in read_manifest(str(arch)).runs}
-    assert set(os.listdir(arch / "runs")) == listed
+    assert run_ids_on_disk(arch) == listed
     assert not [n for n in os.listdir(arch) if ".smerge-" in n]
 
 
