@@ -153,8 +153,7 @@ def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall
             m_, r_ = ad["peak_window_counts"]
             notes.append(f"- {v['rand']}%, D = {v['delta']}: `--adapt` missed D; its moving drop rate peaks at report "
                          f"window {ad['peak_window']:,} of {ad['windows']:,}"
-                         + (f", the run's last, partial window ({m_:,} of {r_:,} A records matched; the statistics "
-                            "keep a final partial window and weigh it like a full one in the moving average)"
+                         + (f", the run's last ({m_:,} of {r_:,} A records matched)"
                             if last else f" ({m_:,} of {r_:,} A records matched)") + ".")
     return (
         f"Reproduce: `.venv/bin/python bench/bench_adapt.py` (raw numbers in `bench/results/adapt.json`; "
@@ -163,7 +162,8 @@ def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall
         f"(time, lat, lon), eps {EPS}, N = {N:,}, m = {M} report windows; `--adapt` starts at K = {START_K:,}. "
         f"Merge time = the engine's `merge_seconds` over in-memory batches, best of {repeats} interleaved "
         f"repeats (head to head: best of {HEAD_TO_HEAD} each, interleaved); drop max = the largest moving drop rate 1 - Delta_(m,n) of the run. A fixed K meets D when its "
-        f"drop max <= D; the target: `--adapt` meets every D some fixed K meets, within {TARGET}x the merge time "
+        f"drop max <= D (report windows as in docs/cgm.md: each retires at least N A records, the short group the run's end "
+        f"leaves joins the window before it, for fixed K and --adapt alike); the target: `--adapt` meets every D some fixed K meets, within {TARGET}x the merge time "
         f"of the fastest fixed K that meets it. Address space capped at {AS_LIMIT >> 30} GiB (RLIMIT_AS).\n\n"
         f"**Target met in {met} of {len(ver)} cases.**\n\n" + t1 + ("\n\n" + "\n".join(notes) if notes else "") +
         "\n\nThe sweep (merge seconds / drop max per fixed K):\n\n" + t2 +
