@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Annotated, Optional
+from typing import Annotated, List, Optional
 
 import typer
 
@@ -13,7 +13,8 @@ from smerge.cli.common import run_guarded
 
 app = typer.Typer(add_completion=False)
 archive_app = typer.Typer(add_completion=False, no_args_is_help=True,
-                          help="Archive a stream in the randomize-then-sort layout; every command reads an archive folder.")
+                          help="Archive a stream (randomize-then-sort or eager layout, optional "
+                               "aggregates); every command reads an archive folder.")
 app.add_typer(archive_app, name="archive")
 
 
@@ -25,8 +26,18 @@ def append_cmd(
     run_blocks: Annotated[int, typer.Option("--run-blocks", help="R: blocks per run.")] = 16,
     block_rows: Annotated[int, typer.Option("--block-rows", help="B: records per block at most; a run ends when "
                                                                  "one of its blocks is full.")] = 65536,
-    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the record-to-block assignment "
-                                                             "(default: fresh; recorded per run).")] = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", help="Seed of the record-to-block assignment and of the "
+                                                             "eager copies (default: fresh; recorded per run).")] = None,
+    layout: Annotated[Optional[str], typer.Option("--layout", help="randomize-then-sort (default for a new archive) "
+                                                                 "or eager (with --copies); an existing archive "
+                                                                 "keeps its own.")] = None,
+    copies: Annotated[Optional[str], typer.Option("--copies", help="eager: reduction levels in (0, 1), e.g. "
+                                                                 "0.2,0.4,0.6,0.8 (a copy keeping 80/60/40/20% of "
+                                                                 "the records); implies --layout eager.")] = None,
+    aggregate: Annotated[Optional[List[str]], typer.Option("--aggregate", help="EVERY:FUNCS[:BY], e.g. "
+                                                                             "1h:count,mean,min,max:station: "
+                                                                             "tumbling-window aggregates written "
+                                                                             "with each run (repeatable).")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -34,11 +45,13 @@ def append_cmd(
 
     def body() -> int:
         from smerge.datasets import open_input
-        from smerge.datasets.archive import AppendParams, append
+        from smerge.datasets.archive import AppendParams, append, parse_aggregate, parse_copies
         from smerge.datasets.outputs import local_real
         from smerge.errors import UsageError
 
-        params = AppendParams(time=time_col, run_blocks=run_blocks, block_rows=block_rows, seed=seed)
+        params = AppendParams(time=time_col, run_blocks=run_blocks, block_rows=block_rows, seed=seed, layout=layout,
+                              copies=parse_copies(copies) if copies is not None else (),
+                              aggregates=tuple(parse_aggregate(a) for a in aggregate or ()))
         if local_real(source) is not None and local_real(source) == local_real(archive):
             raise UsageError(f"{source}: is the archive itself; append another stream")
         t0 = time.perf_counter()
@@ -63,7 +76,8 @@ def info_cmd(
     verify: Annotated[bool, typer.Option("--verify", help="Also read every block and check its SHA-256.")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Runs, blocks, records, bytes and time range of ARCHIVE (its manifest and block sizes are checked)."""
+    """Layout, runs, blocks, records, bytes, time range, eager copies and aggregates of ARCHIVE (its manifest and
+    file sizes are checked)."""
 
     def body() -> int:
         from smerge.datasets.archive import info
@@ -72,10 +86,18 @@ def info_cmd(
         if json_:
             typer.echo(json.dumps(d, indent=2))
         else:
-            typer.echo(f"{archive}: {d['format']} {d['layout']}, time column {d['time']}\n"
-                       f"  {d['count']:,} records in {d['runs']} runs, {d['blocks']} blocks, {d['bytes']:,} bytes\n"
-                       f"  time {d['t_min']} .. {d['t_max']}\n"
-                       f"  columns: {', '.join(f'{n} {t}' for n, t in d['schema'])}")
+            lines = [f"{archive}: {d['format']} {d['layout']}, time column {d['time']}",
+                     f"  {d['count']:,} records in {d['runs']} runs, {d['blocks']} blocks, {d['bytes']:,} bytes",
+                     f"  time {d['t_min']} .. {d['t_max']}",
+                     f"  columns: {', '.join(f'{n} {t}' for n, t in d['schema'])}"]
+            for c in d.get("copies", ()):
+                lines.append(f"  copy at {c['level']:g} reduction (keeps {c['fraction']:g}): {c['count']:,} records, "
+                             f"{c['blocks']} blocks, {c['bytes']:,} bytes")
+            for a in d["aggregates"]:
+                lines.append(f"  aggregate {a['name']}: every {a['every']}, {','.join(a['funcs'])}"
+                             + (f" by {','.join(a['by'])}" if a["by"] else "")
+                             + f" of {','.join(a['values']) or 'records'}: {a['rows']:,} partial rows in {a['path']}")
+            typer.echo("\n".join(lines))
         return 0
 
     run_guarded(body, debug=debug)

@@ -232,3 +232,75 @@ def test_estimates_and_their_95_intervals(ab, arch, tmp_path, capsys, monkeypatc
             lo, hi = s["matched_estimate_95"]
             covered += lo <= full["matched"] <= hi
     assert covered >= 51, covered  # of 60
+
+@pytest.fixture
+def earch(ab, tmp_path, capsys):
+    out = tmp_path / "earch"
+    rc, so, se = run_cli(capsys, "archive", "append", out, ab[0], "--time", "t", "--copies", "0.2,0.4,0.6,0.8",
+                         "--aggregate", "100:count,mean,min,max", "--run-blocks", "4", "--block-rows", "300",
+                         "--seed", "3")
+    assert rc == 0, se
+    return out
+
+
+def test_eager_append_and_info(ab, earch, capsys, tmp_path):
+    rc, so, se = run_cli(capsys, "archive", "info", earch)
+    assert rc == 0, se
+    assert "eager" in so and "copy at 0.2 reduction (keeps 0.8)" in so and "copy at 0.8 reduction (keeps 0.2)" in so
+    assert "aggregate 100: every 100, count,mean,min,max of x" in so
+    rc, so, _ = run_cli(capsys, "archive", "info", earch, "--json", "--verify")
+    d = json.loads(so)
+    assert d["layout"] == "eager" and d["count"] == 4000 and d["runs"] == 4  # runs of R x B = 1200 records
+    assert [c["level"] for c in d["copies"]] == [0.2, 0.4, 0.6, 0.8]
+    counts = [c["count"] for c in d["copies"]]
+    assert counts == sorted(counts, reverse=True) and all(abs(c["count"] - 4000 * c["fraction"]) < 200
+                                                          for c in d["copies"])
+    assert d["aggregates"][0]["name"] == "100" and d["aggregates"][0]["values"] == ["x"]
+    assert os.path.isdir(d["aggregates"][0]["path"])
+    # every command reads the primary copy at f = 1: cgm over it equals cgm over the file
+    for src, o in ((ab[0], "f.parquet"), (earch, "e.parquet")):
+        rc, _, se = run_cli(capsys, "cgm", src, ab[1], "--keys", "t", "--eps", "0.6", "--local", "-o", tmp_path / o)
+        assert rc == 0, se
+    f, e = pq.read_table(tmp_path / "f.parquet"), pq.read_table(tmp_path / "e.parquet")
+    assert f.num_rows > 1000 and e.equals(f)
+    # a later append keeps the archive's layout, copies and aggregates when they are not given
+    rc, so, se = run_cli(capsys, "archive", "append", earch, ab[0], "--time", "t", "--json")
+    assert rc == 0, se
+    assert json.loads(so)["layout"] == "eager"
+    d = json.loads(run_cli(capsys, "archive", "info", earch, "--json")[1])
+    assert d["count"] == 8000 and d["aggregates"][0]["rows"] > 0
+
+
+@pytest.mark.parametrize("args,match", [
+    (["--copies", "0"], "(0, 1)"), (["--copies", "1"], "(0, 1)"), (["--copies", "0.2,1.5"], "(0, 1)"),
+    (["--copies", "-0.1"], "(0, 1)"), (["--copies", "a,b"], "reduction levels"), (["--copies", "0.2,0.2"], "distinct"),
+    (["--copies", "0.5", "--layout", "randomize-then-sort"], "eager"), (["--layout", "eager"], "needs --copies"),
+    (["--layout", "sorted"], "--layout"),
+    (["--aggregate", "1h"], "EVERY:FUNCS"), (["--aggregate", "1h:median"], "not 'median'"),
+    (["--aggregate", "0:count"], "positive duration"), (["--aggregate", "5:count:zz"], "'zz'"),
+    (["--aggregate", "1h:count"], "plain number"),
+    (["--aggregate", "10:count", "--aggregate", "10:max"], "given twice"),
+])
+def test_bad_eager_and_aggregate_options_exit_2_nothing_written(ab, tmp_path, capsys, args, match):
+    listing = sorted(os.listdir(tmp_path))
+    rc, so, se = run_cli(capsys, "archive", "append", tmp_path / "new", ab[0], "--time", "t", *args)
+    assert rc == 2, (so, se)
+    assert len(se.strip().splitlines()) == 1 and match in se, se
+    assert sorted(os.listdir(tmp_path)) == listing
+
+
+@pytest.mark.parametrize("args,match", [
+    (["{b2}"], "differs from the archive"),
+    (["{a}", "--copies", "0.5"], "differ from the archive's"),
+    (["{a}", "--layout", "randomize-then-sort"], "archive's layout is eager"),
+    (["{a}", "--aggregate", "100:count"], "differs from the archive's aggregates"),
+])
+def test_bad_append_to_eager_archive_exit_2_nothing_changed(ab, earch, tmp_path, capsys, args, match):
+    b2 = tmp_path / "b2.parquet"
+    pq.write_table(pa.table({"t": np.arange(5.0), "x": np.arange(5.0)}), b2)  # x double, not int64
+    before = snapshot(earch)
+    rc, so, se = run_cli(capsys, "archive", "append", earch,
+                         *[a.format(a=ab[0], b2=b2) for a in args[:1]], "--time", "t", *args[1:])
+    assert rc == 2, (so, se)
+    assert len(se.strip().splitlines()) == 1 and match in se, se
+    assert snapshot(earch) == before

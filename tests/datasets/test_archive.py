@@ -16,7 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from smerge.datasets import open_input
-from smerge.datasets.archive import MANIFEST, AppendParams, append, read_manifest
+from smerge.datasets.archive import (MANIFEST, AppendParams, append, blocks_for_fraction, parse_aggregate,
+                                     read_aggregate, read_block, read_manifest)
 from smerge.datasets.archive_read import SAMPLE_ENV, run_sample
 from smerge.errors import InputError, UsageError
 
@@ -247,7 +248,9 @@ else:  # after the run's file (and aggregates) are fsynced, before the manifest 
         hang()
     A._write_manifest = patched
 src = open_input(sys.argv[2])
-A.append(sys.argv[1], sys.argv[2], src.batches(), src.schema, A.AppendParams(time="t", run_blocks=8, block_rows=500))
+extra = {} if layout == "rts" else {"copies": (0.2, 0.5, 0.8)}
+A.append(sys.argv[1], sys.argv[2], src.batches(), src.schema, A.AppendParams(time="t", run_blocks=8, block_rows=500,
+                                                                             **extra))
 """
 
 
@@ -255,14 +258,26 @@ def run_ids_on_disk(arch):
     return {n.split(".")[0] for n in os.listdir(arch / "runs")}
 
 
+@pytest.fixture
+def two_runs_eager(tmp_path):
+    s1 = make_source(tmp_path / "s1.parquet", 12_000, seed=1)
+    s2 = make_source(tmp_path / "s2.parquet", 9_000, t0=50_000, seed=2)
+    arch = tmp_path / "arch"
+    for s in (s1, s2):
+        do_append(arch, s, copies=(0.2, 0.5, 0.8), aggregates=(parse_aggregate("1000:count,mean,min,max:cat"),))
+    return arch, s1, s2
+
+
+@pytest.mark.parametrize("layout", ["rts", "eager"])
 @pytest.mark.parametrize("where", ["block", "manifest"])
-def test_killed_append_leaves_archive_unchanged(two_runs, tmp_path, where):
-    arch, s1, _ = two_runs
+def test_killed_append_leaves_archive_unchanged(request, tmp_path, where, layout):
+    arch, s1, _ = request.getfixturevalue("two_runs" if layout == "rts" else "two_runs_eager")
+    before_files = snapshot(arch)
     s3 = make_source(tmp_path / "s3.parquet", 3_000, t0=90_000, seed=3)
     before_manifest = (arch / MANIFEST).read_bytes()
     before, _ = read_all(arch)
     ready = tmp_path / "ready"
-    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(arch), s3, str(ready), where, "rts"])
+    p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(arch), s3, str(ready), where, layout])
     try:
         deadline = time.time() + 30
         while not ready.exists() and time.time() < deadline and p.poll() is None:
@@ -273,12 +288,18 @@ def test_killed_append_leaves_archive_unchanged(two_runs, tmp_path, where):
         p.wait()
     assert (arch / MANIFEST).read_bytes() == before_manifest
     assert read_all(arch)[0].equals(before)
+    if layout == "eager":
+        assert read_aggregate(str(arch), "1000_cat").num_rows > 0  # the killed run's aggregate files are not read
     do_append(arch, s3)  # the next append goes on and removes the leftovers
     after, _ = read_all(arch)
     assert after.num_rows == before.num_rows + 3_000
     listed = {r["id"] for r in read_manifest(str(arch)).runs}
     assert run_ids_on_disk(arch) == listed
     assert not [n for n in os.listdir(arch) if ".smerge-" in n]
+    if layout == "eager":
+        assert {n.split(".")[0] for n in os.listdir(arch / "aggregates" / "1000_cat")} == listed
+    # the killed append changed no file the archive had before
+    assert all(snapshot(arch).get(k) == v for k, v in before_files.items() if k not in (MANIFEST, ".lock"))
 
 
 def test_empty_source_creates_an_empty_archive(tmp_path):
@@ -302,3 +323,213 @@ def test_failed_first_append_leaves_no_folder(tmp_path):
     with pytest.raises(InputError, match="missing or NaN"):
         do_append(tmp_path / "new", str(src))
     assert not (tmp_path / "new").exists()
+
+
+# ---- eager layout ------------------------------------------------------------------------------
+
+
+def test_eager_round_trip_every_record_once_copies_hold_their_fraction(two_runs_eager):
+    arch, s1, s2 = two_runs_eager
+    got, src = read_all(arch)  # f = 1: the primary copies
+    want = pa.concat_tables([pq.read_table(s1), pq.read_table(s2)])
+    key = lambda tb: sorted(zip(tb.column("t").to_pylist(), tb.column("v").to_pylist()))  # noqa: E731
+    assert got.num_rows == src.num_rows == 21_000 and key(got) == key(want)
+    man = read_manifest(str(arch))
+    assert man.layout == "eager" and man.meta["copies"] == [0.8, 0.5, 0.2]
+    assert all(r["count"] <= 8 * 500 for r in man.runs)
+    full = set(zip(want.column("t").to_pylist(), want.column("v").to_pylist()))
+    for level in (0.2, 0.5, 0.8):
+        rows = []
+        for r in man.runs:
+            c = next(c for c in r["copies"] if c["level"] == level)
+            assert c["fraction"] == pytest.approx(1 - level)
+            for b in c["blocks"]:
+                t = read_block(man, b)
+                assert t.num_rows <= 500
+                rows += list(zip(t.column("t").to_pylist(), t.column("v").to_pylist()))
+            ts = [x[0] for x in rows[-c["count"]:]] if c["count"] else []
+            assert ts == sorted(ts)  # a copy of a run is in time order
+        n, p = len(rows), 1 - level
+        assert len(set(rows)) == n and set(rows) <= full  # a subset of the stream, each record once
+        assert abs(n - p * 21_000) < 4 * np.sqrt(21_000 * p * (1 - p))  # kept with probability 1 - level
+    # the primary copy of a run is in time order
+    for r in man.runs:
+        ts = np.concatenate([read_block(man, b).column("t").to_numpy() for b in r["blocks"]])
+        assert np.all(np.diff(ts) >= 0)
+
+
+@pytest.mark.parametrize("f", [0.01, 0.1, 0.2, 0.21, 0.45, 0.5, 0.5000001, 0.79, 0.8, 0.81, 1.0])
+def test_eager_reads_the_smallest_copy_holding_f(two_runs_eager, f):
+    arch = two_runs_eager[0]
+    man = read_manifest(str(arch))
+    want = min(x for x in (0.2, 0.5, 0.8, 1.0) if x >= f - 1e-12)
+    rng = np.random.default_rng(0)
+    for i, r in enumerate(man.runs):
+        blocks, rep = blocks_for_fraction(man, i, f, rng)
+        assert rep == pytest.approx(want) and rep >= f - 1e-12
+        expect = r["blocks"] if want == 1.0 else next(c["blocks"] for c in r["copies"] if c["fraction"] == rep)
+        assert blocks == expect
+        # what it holds: at least f of the run in expectation (the copy's count within binomial bounds)
+        count = sum(b["count"] for b in blocks)
+        assert count >= f * r["count"] - 4 * np.sqrt(r["count"] * 0.25)
+    assert rng.random() == np.random.default_rng(0).random()  # eager choices draw nothing
+
+
+def test_eager_bytes_read_are_a_step_function_of_f(two_runs_eager):
+    man = read_manifest(str(two_runs_eager[0]))
+
+    def nbytes(f):
+        return sum(b["bytes"] for i in range(len(man.runs)) for b in blocks_for_fraction(man, i, f)[0])
+
+    steps = [nbytes(f) for f in (0.05, 0.2, 0.3, 0.5, 0.6, 0.8, 0.9, 1.0)]
+    assert steps[0] == steps[1] < steps[2] == steps[3] < steps[4] == steps[5] < steps[6] == steps[7]
+    assert steps[1] < 0.3 * steps[-1] and steps[3] < 0.6 * steps[-1]
+
+
+def test_rts_blocks_for_fraction_draws_as_the_reader_did(two_runs):
+    man = read_manifest(str(two_runs[0]))
+    for f in (0.1, 0.3, 0.99):
+        rng_a, rng_b = np.random.default_rng([4, 1]), np.random.default_rng([4, 1])
+        blocks, rep = blocks_for_fraction(man, 1, f, rng_a)
+        r = len(man.runs[1]["blocks"])
+        k = max(1, int(np.ceil(r * f - 1e-9)))
+        idx = sorted(rng_b.choice(r, size=k, replace=False).tolist())
+        assert blocks == [man.runs[1]["blocks"][i] for i in idx] and rep == k / r
+    assert blocks_for_fraction(man, 0, 1.0) == (man.runs[0]["blocks"], 1.0)
+
+
+def test_eager_sampled_read_uniform(two_runs_eager):
+    """The copy chosen for f, thinned to f, is a uniform sample (chi-square over time buckets and categories)."""
+    arch, s1, s2 = two_runs_eager
+    man = read_manifest(str(arch))
+    want = pa.concat_tables([pq.read_table(s1), pq.read_table(s2)])
+    t_all, c_all = want.column("t").to_numpy(), want.column("cat").to_numpy()
+    edges = np.quantile(t_all, np.linspace(0, 1, 21)[1:-1])
+    for f in (0.15, 0.4):
+        parts = []
+        for i in range(len(man.runs)):
+            rng = np.random.default_rng([9, i])
+            blocks, rep = blocks_for_fraction(man, i, f, rng)
+            for b in blocks:
+                t = read_block(man, b)
+                parts.append(t.filter(pa.array(rng.random(t.num_rows) < f / rep)))
+        got = pa.concat_tables(parts)
+        assert abs(got.num_rows / 21_000 - f) < 4 * np.sqrt(f * (1 - f) / 21_000)
+        st = np.bincount(np.searchsorted(edges, got.column("t").to_numpy(), "right"), minlength=20)
+        sc = np.bincount(got.column("cat").to_numpy(), minlength=5)
+        for obs, full, df in ((st, np.bincount(np.searchsorted(edges, t_all, "right"), minlength=20), 19),
+                              (sc, np.bincount(c_all, minlength=5), 4)):
+            exp = full * (obs.sum() / 21_000)
+            assert float(((obs - exp) ** 2 / exp).sum()) < CHI2_99[df]
+
+
+# ---- aggregates --------------------------------------------------------------------------------
+
+
+def _oracle(con, every, by):
+    keys = ", ".join(["w"] + by)
+    return con.execute(f"""
+        SELECT floor(t / {every})::BIGINT * {every} AS w, {", ".join(by) + "," if by else ""}
+               count(*) AS n, count(v) AS v_n, avg(v) AS v_mean, min(v) AS v_min, max(v) AS v_max,
+               min(k) AS k_min, max(k) AS k_max
+        FROM src GROUP BY {keys} ORDER BY {keys}""").fetchall()
+
+
+def test_aggregates_equal_a_duckdb_groupby(tmp_path):
+    import duckdb
+
+    rng = np.random.default_rng(3)
+    tables = []
+    for i, n in enumerate((7_000, 5_000)):  # the second append overlaps the first: windows span runs
+        t = np.sort(rng.integers(-20_000 + 30_000 * i, 60_000 + 30_000 * i, n))
+        v = rng.normal(size=n)
+        v[rng.random(n) < 0.05] = np.nan
+        tables.append(pa.table({"t": t, "cat": rng.integers(0, 4, n), "k": rng.integers(-50, 50, n),
+                                "v": pa.array(v, from_pandas=True)}))
+        pq.write_table(tables[-1], tmp_path / f"s{i}.parquet")
+    arch = tmp_path / "a"
+    specs = (parse_aggregate("1000:count,mean,min,max:cat"), parse_aggregate("7000:min,max,count"))
+    for i in range(2):
+        do_append(arch, str(tmp_path / f"s{i}.parquet"), run_blocks=4, block_rows=600, aggregates=specs)
+    man = read_manifest(str(arch))
+    assert len(man.runs) > 4 and all(len(r["aggregates"]) == 2 for r in man.runs)
+    con = duckdb.connect()
+    con.register("src", pa.concat_tables(tables))
+    got = read_aggregate(str(arch), "1000_cat")
+    assert got.column_names == ["window", "cat", "count", "k_count", "k_mean", "k_min", "k_max", "v_count", "v_mean",
+                                "v_min", "v_max"]
+    rows = _oracle(con, 1000, ["cat"])
+    assert got.num_rows == len(rows)
+    assert got.column("window").to_pylist() == [r[0] for r in rows]
+    assert got.column("cat").to_pylist() == [r[1] for r in rows]
+    assert got.column("count").to_pylist() == [r[2] for r in rows]
+    assert got.column("v_count").to_pylist() == [r[3] for r in rows]
+    np.testing.assert_allclose(got.column("v_mean").to_numpy(zero_copy_only=False),
+                               np.array([r[4] for r in rows], dtype=float), rtol=1e-9)
+    assert got.column("v_min").to_pylist() == [r[5] for r in rows]
+    assert got.column("v_max").to_pylist() == [r[6] for r in rows]
+    assert got.column("k_min").to_pylist() == [r[7] for r in rows]
+    assert got.column("k_max").to_pylist() == [r[8] for r in rows]
+    got2 = read_aggregate(str(arch), "7000")
+    rows2 = _oracle(con, 7000, [])
+    assert got2.column_names == ["window", "count", "cat_min", "cat_max", "k_min", "k_max", "v_min", "v_max"]
+    assert got2.column("window").to_pylist() == [r[0] for r in rows2]
+    assert got2.column("count").to_pylist() == [r[1] for r in rows2]
+    assert got2.column("k_max").to_pylist() == [r[7] for r in rows2]
+    # each run's partial file is plain Parquet at the documented path
+    r0 = man.runs[0]
+    part = pq.read_table(arch / "aggregates" / "1000_cat" / f"{r0['id']}.parquet")
+    assert sum(part.column("count").to_pylist()) == r0["count"]
+    with pytest.raises(UsageError, match="no aggregate"):
+        read_aggregate(str(arch), "1h")
+
+
+def test_aggregate_windows_of_timestamps(tmp_path):
+    import duckdb
+
+    rng = np.random.default_rng(5)
+    n = 5_000
+    t = (np.datetime64("2024-03-01T00:00:00", "ms") + np.sort(rng.integers(0, 3 * 86400_000, n)).astype("timedelta64[ms]"))
+    tb = pa.table({"t": t, "station": rng.choice(["a", "b", "c"], n), "v": rng.random(n)})
+    pq.write_table(tb, tmp_path / "s.parquet")
+    do_append(tmp_path / "a", str(tmp_path / "s.parquet"), run_blocks=4, block_rows=500,
+              aggregates=(parse_aggregate("1h:count,mean:station"),))
+    got = read_aggregate(str(tmp_path / "a"), "1h_station")
+    assert got.schema.field("window").type == pa.timestamp("ms")
+    con = duckdb.connect()
+    con.register("src", tb)
+    rows = con.execute("SELECT date_trunc('hour', t) AS w, station, count(*), avg(v) FROM src GROUP BY ALL "
+                       "ORDER BY w, station").fetchall()
+    assert [(r[0], r[1], r[2]) for r in rows] == list(zip(got.column("window").to_pylist(),
+                                                          got.column("station").to_pylist(),
+                                                          got.column("count").to_pylist()))
+    np.testing.assert_allclose(got.column("v_mean").to_numpy(), [r[3] for r in rows], rtol=1e-9)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("1h", "EVERY:FUNCS"), ("1h:count:a:b", "EVERY:FUNCS"), ("0:count", "positive duration"),
+    ("1 fortnight:count", "positive duration"), ("1m:count", "positive duration"), ("1h:sum", "not 'sum'"),
+    ("1h:count,count", "distinct"), ("1h:", "FUNCS"), ("1h:count:a,,b", "BY"), ("1h:count:a,a", "BY"),
+])
+def test_aggregate_parse_errors(text, match):
+    with pytest.raises(UsageError, match=match):
+        parse_aggregate(text)
+
+
+def test_aggregate_and_copies_checked_against_the_stream(two_runs, tmp_path):
+    s = two_runs[1]
+    for aggs, match in (((parse_aggregate("1h:count"),), "plain number"), ((parse_aggregate("10:mean:nope"),), "nope"),
+                        ((parse_aggregate("10:mean:t"),), "drop 't'"), ((parse_aggregate("2.5:count"),), "whole")):
+        with pytest.raises(UsageError, match=match):
+            do_append(tmp_path / "new", s, aggregates=aggs)
+        assert not (tmp_path / "new").exists()
+    for copies in ((0.0,), (1.0,), (0.5, 0.5), (-0.2,)):
+        with pytest.raises(UsageError, match="--copies"):
+            do_append(tmp_path / "new", s, copies=copies)
+    arch = two_runs[0]  # randomize-then-sort: eager options refused on append
+    before = snapshot(arch)
+    with pytest.raises(UsageError, match="layout"):
+        do_append(arch, s, layout="eager", copies=(0.5,))
+    with pytest.raises(UsageError, match="aggregate"):
+        do_append(arch, s, aggregates=(parse_aggregate("10:count"),))
+    assert snapshot(arch) == before
