@@ -8,9 +8,11 @@ statistics as they are (no recomputation), so a test can compare them with the J
 Merges (cgm, rtm): kappa per report window (``kappa_per_window``, every ``series_stride``-th
 window), the moving drop rate (``drop_rate_moving``, item j ends at window j + M - 1) with the
 delta line (``params.delta``) when given, K per report window when the run adapted it
-(``k_per_window``), the fraction read per run of an archived input (``fraction_read_per_run``)
-when present, and the fetch/merge/write seconds. W-join: tuples and buffered records per
-stream against the records read (``timeline``) and the fetch/join/write seconds.
+(``k_per_window``), the fraction read per run of archived inputs (``a_sample_fraction``,
+``a_sample_run_fractions`` and B's) when an input is an archive, and the fetch/merge/write
+seconds. W-join: tuples and buffered records per stream against the records read
+(``timeline``), the fraction read per run of archived inputs (``sample_fractions``,
+``sample_run_fractions``) and the fetch/join/write seconds.
 matplotlib is imported only when drawing (``import smerge.merge`` never pulls it in).
 """
 
@@ -57,12 +59,35 @@ def _merge_series(s: dict) -> Series:
                                                            "K_B": (x, _floats(p[1] for p in k))}
         else:
             out["least increment K per report window"] = {"K": (x, _floats(k))}
-    frac = s.get("fraction_read_per_run")
-    if frac:
-        out["fraction read per run"] = {"fraction read": ([float(i) for i in range(len(frac))], _floats(frac))}
+    _fraction_panel(out, [("A", s.get("a_sample_fraction"), s.get("a_sample_run_fractions")),
+                          ("B", s.get("b_sample_fraction"), s.get("b_sample_run_fractions"))])
     out["seconds"] = {"seconds": ([0.0, 1.0, 2.0], [float(s.get(f"{x}_seconds") or 0.0)
                                                    for x in ("fetch", "merge", "write")])}
     return out
+
+
+FRACTION_PANEL = "fraction read per run"
+EVERY_RUN = " (every run)"
+
+
+def _fraction_panel(out: Series, inputs) -> None:
+    """The fraction of each archived input read per run, from the statistics of sampled reads
+    (docs/archive.md): ``(label, fraction, run fractions)`` per input, fraction None for an input
+    that is not an archive. ``--sample auto`` writes one fraction per run (drawn per run); a fixed
+    f reads every run with f (drawn flat, labelled "(every run)", over the runs of the longest
+    per-run series, or from run 0 to 1 when there is none). No archive input: no panel."""
+    per_run = {lab: _floats(r) for lab, f, r in inputs if f is not None and r}
+    runs = max((len(r) for r in per_run.values()), default=2)
+    panel = {}
+    for lab, f, _ in inputs:
+        if f is None:
+            continue
+        if lab in per_run:
+            panel[lab] = ([float(i) for i in range(len(per_run[lab]))], per_run[lab])
+        else:
+            panel[lab + EVERY_RUN] = ([0.0, float(max(runs - 1, 1))], [float(f), float(f)])
+    if panel:
+        out[FRACTION_PANEL] = panel
 
 
 def _wjoin_series(s: dict) -> Series:
@@ -74,6 +99,12 @@ def _wjoin_series(s: dict) -> Series:
         out["tuples emitted"] = {"tuples": (x, [float(r[1]) for r in tl["rows"]])}
         out["records buffered"] = {c[len("buffered_"):]: (x, [float(r[j]) for r in tl["rows"]])
                                    for j, c in enumerate(cols) if c.startswith("buffered_")}
+    fracs = s.get("sample_fractions")
+    if fracs:
+        names = list(s.get("records_read") or {})
+        names = names if len(names) == len(fracs) else [f"input {i + 1}" for i in range(len(fracs))]
+        runs = s.get("sample_run_fractions") or [None] * len(fracs)
+        _fraction_panel(out, list(zip(names, fracs, runs)))
     out["seconds"] = {"seconds": ([0.0, 1.0, 2.0], [float(s.get(f"{x}_seconds") or 0.0)
                                                    for x in ("fetch", "join", "write")])}
     return out
@@ -115,9 +146,11 @@ def plot_figure(stats: dict, *, title: str | None = None) -> tuple[Any, Series]:
         for label, (x, y) in lines.items():
             style = dict(color="#c44e52", linestyle="--", linewidth=1) if label.startswith("delta") else dict(linewidth=1)
             ax.plot(x, y, label=label, **style)
-        ax.set_xlabel("records read" if is_wjoin else ("run" if panel.startswith("fraction") else "report window"),
+        ax.set_xlabel("run" if panel == FRACTION_PANEL else ("records read" if is_wjoin else "report window"),
                       fontsize=8)
-        if len(lines) > 1:
+        if panel == FRACTION_PANEL:
+            ax.set_ylim(0.0, 1.05)
+        if len(lines) > 1 or panel == FRACTION_PANEL:
             ax.legend(fontsize=7, loc="best")
         ax.grid(alpha=0.3)
     head = title or _title(stats)

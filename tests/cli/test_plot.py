@@ -84,14 +84,64 @@ def test_k_per_window_and_archive_fraction_are_drawn_when_present():
     s.kappas = [1.0, 0.5, 0.75]
     s.params = {"delta_windows": 2, "delta": None}
     d = s.as_dict()
+    assert "fraction read per run" not in plot_series(d)  # no archive input: no panel
     d["k_per_window"] = [100, 200, 400]
-    d["fraction_read_per_run"] = [0.5, 0.25]
+    # A read with --sample-a auto (one fraction per run), B with a fixed fraction (every run alike)
+    d["a_sample_fraction"], d["a_sample_run_fractions"] = 0.4, [0.5, 0.25, 0.5]
+    d["b_sample_fraction"] = 0.75
     series = plot_series(d)
     assert series["least increment K per report window"]["K"] == ([0.0, 1.0, 2.0], [100.0, 200.0, 400.0])
-    assert series["fraction read per run"]["fraction read"][1] == [0.5, 0.25]
+    assert series["fraction read per run"] == {"A": ([0.0, 1.0, 2.0], [0.5, 0.25, 0.5]),
+                                               "B (every run)": ([0.0, 2.0], [0.75, 0.75])}
     assert series["moving drop rate (M = 2)"]["moving drop rate"] == ([1.0, 2.0], [0.25, 0.375])
     fig, _ = plot_figure(d)
-    assert _lines(fig)["K"][1] == [100.0, 200.0, 400.0]
+    lines = _lines(fig)
+    assert lines["K"][1] == [100.0, 200.0, 400.0]
+    assert lines["A"] == series["fraction read per run"]["A"]
+    assert lines["B (every run)"] == series["fraction read per run"]["B (every run)"]
+
+
+@pytest.fixture
+def archive_ab(tmp_path):
+    """A as an archive folder (runs of 4 blocks), B a Parquet file: keys t, B within 0.6 of A."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = 4000
+    a, b = tmp_path / "a.parquet", tmp_path / "b.parquet"
+    pq.write_table(pa.table({"t": np.arange(0, 2 * n, 2.0), "x": np.arange(n)}), a)
+    pq.write_table(pa.table({"t": np.arange(0, 3 * n, 3.0) + 0.1, "y": np.arange(n)}), b)
+    arch = tmp_path / "arch"
+    assert main(["archive", "append", str(arch), str(a), "--time", "t", "--run-blocks", "4", "--block-rows", "300",
+                 "--seed", "3"]) == 0
+    return arch, b
+
+
+def test_archive_input_draws_the_fraction_read_per_run(archive_ab, tmp_path):
+    """cgm with A an archive read at f = 0.5: the picture has the fraction panel, A flat at the
+    fraction the statistics give, and no line for B (a file, read whole)."""
+    arch, b = archive_ab
+    png, st = tmp_path / "c.png", tmp_path / "c.json"
+    assert main(["cgm", "--local", str(arch), str(b), "--keys", "t", "--eps", "0.6", "--sample-a", "0.5",
+                 "-o", str(tmp_path / "c.parquet"), "--stats", str(st), "--plot", str(png)]) == 0
+    s = json.loads(st.read_text())
+    assert s["a_sample_fraction"] == 0.5
+    series = plot_series(s)
+    assert list(series["fraction read per run"]) == ["A (every run)"]
+    assert series["fraction read per run"]["A (every run)"][1] == [0.5, 0.5]
+    assert _png(png) == (800, 220 * len(series))
+
+
+def test_wjoin_archive_input_draws_the_fraction_read_per_run(archive_ab, tmp_path):
+    arch, b = archive_ab
+    png, st = tmp_path / "w.png", tmp_path / "w.json"
+    assert main(["wjoin", "--local", str(arch), str(b), "--time", "t", "--window", "1", "--sample", "0.5",
+                 "-o", str(tmp_path / "w.parquet"), "--stats", str(st), "--plot", str(png)]) == 0
+    s = json.loads(st.read_text())
+    assert s["sample_fractions"] == [0.5, None]
+    series = plot_series(s)
+    assert series["fraction read per run"] == {"S1 (every run)": ([0.0, 1.0], [0.5, 0.5])}
+    assert _png(png) == (800, 220 * len(series))
 
 
 def test_series_are_bounded():
