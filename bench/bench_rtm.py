@@ -36,7 +36,7 @@ PAPER = {(5000, 2): (86, 0.475), (5000, 10): (74, 0.472), (5000, 20): (70, 0.478
 
 
 def run_rtm(a: Path, b: Path, n: int, refill: str, kappa: bool, out: Path) -> dict:
-    from smerge.rtm_job import RTMJob, prepare_rtm, run_rtm as run
+    from smerge.jobs.rtm import RTMJob, prepare_rtm, run_rtm as run
 
     job = RTMJob(a=str(a), b=str(b), output=str(out), eps=EPS, window_size=n, refill=refill, overwrite=True,
                  kappa_max=kappa)

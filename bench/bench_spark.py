@@ -96,7 +96,8 @@ def slabs_vs_spark_readers(a: str, b: str, out: str, repeat: int) -> list[str]:
     the shuffle plan (records read by Spark -- the smerge_netcdf data source for netCDF, Spark's
     Parquet reader for file:// URLs -- tagged with row ids and partitions, shuffled, cogrouped)."""
     from smerge.jobs import CGMJob, prepare
-    from smerge.spark import run_cgm_spark, start_session
+    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.session import start_session
 
     pa_, pb_ = to_parquet(a), to_parquet(b)
     url = lambda p: "file://" + os.path.abspath(p)  # noqa: E731

@@ -198,7 +198,8 @@ def batch(
                     if not on_spark:
                         result = run_local(prep, progress=bar)
                     else:
-                        from smerge.spark import run_cgm_spark, split_conf, start_session
+                        from smerge.spark.cgm import run_cgm_spark
+                        from smerge.spark.session import split_conf, start_session
 
                         if session is None:
                             t0 = time.perf_counter()

@@ -45,8 +45,8 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
             traceback.print_exc()
         msg = str(e).splitlines()[0] if str(e) else ""
         raise fail(f"internal error: {type(e).__name__}: {msg} (run with --debug for the traceback)", EXIT_INTERNAL)
-    if code in (None, EXIT_OK, EXIT_DELTA) and "smerge.spark" in sys.modules:
-        sys.modules["smerge.spark"].discard_log()  # the run succeeded: its Spark log is not needed
+    if code in (None, EXIT_OK, EXIT_DELTA) and "smerge.spark.session" in sys.modules:
+        sys.modules["smerge.spark.session"].discard_log()  # the run succeeded: its Spark log is not needed
     raise typer.Exit(code or EXIT_OK)
 
 
@@ -279,7 +279,7 @@ def choose_route(*, local: bool, master: str | None, inputs: Sequence[str | None
         return Route(False, None, "local (--local)")
     if master is not None and master != "auto":
         return Route(True, master, f"spark (--master {master})")
-    if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: its session (smerge.spark.under_spark_submit)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: its session (smerge.spark.session.under_spark_submit)
         return Route(True, None, "spark (spark-submit)")
     limit = auto_max_bytes(conf)
     if spark_readers:

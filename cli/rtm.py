@@ -84,7 +84,7 @@ def rtm(
                              "running `smerge serve`")
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
         from smerge.jobs import absolute_output, with_absolute_paths
-        from smerge.rtm_job import RTMJob, prepare_rtm, run_rtm
+        from smerge.jobs.rtm import RTMJob, prepare_rtm, run_rtm
 
         job = RTMJob(
             a=a, b=b, server=server, token_file=token_file, tls_root_cert=tls_root_cert, output=output,
@@ -108,7 +108,7 @@ def rtm(
         if not route.spark:
             result = run_rtm(prep, progress=bar)
         else:
-            from smerge.spark_rtm import run_rtm_spark
+            from smerge.spark.rtm import run_rtm_spark
 
             result = run_rtm_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
                                    verbose=verbose)

@@ -41,7 +41,7 @@ def _check_bounds(window: str | None, pair_windows: list[str], n: int) -> None:
 
     from smerge.errors import UsageError
     from smerge.merge.wjoin import _CALENDAR_UNITS_NS, _UNITS_NS, parse_duration
-    from smerge.wjoin_job import parse_pair_window
+    from smerge.jobs.wjoin import parse_pair_window
 
     bounds = [("--window", window, parse_duration(window))] if window is not None else []
     if n >= 2:
@@ -95,7 +95,7 @@ def wjoin(
         _check_bounds(window, pair_window or (), len(inputs))
         from smerge.errors import UsageError
         from smerge.jobs import absolute_output, with_absolute_paths
-        from smerge.wjoin_job import WJoinJob, prepare, run_local
+        from smerge.jobs.wjoin import WJoinJob, prepare, run_local
 
         job = WJoinJob(
             inputs=tuple(inputs), time=split_list(time) or (), window=window, pair_windows=tuple(pair_window or ()),
@@ -116,7 +116,7 @@ def wjoin(
         if not route.spark:
             result = run_local(prep, progress=bar)
         else:
-            from smerge.spark_wjoin import run_wjoin_spark
+            from smerge.spark.wjoin import run_wjoin_spark
 
             result = run_wjoin_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
                                      verbose=verbose)

@@ -12,7 +12,7 @@ The merge itself always goes through the Flight client. B's unmatched records ar
 records never paired with any A record (B is not consumed by RTM); with ``unmatched`` they
 are streamed back from the server at the end and written to ``PREFIX.b.parquet``.
 
-``run_rtm`` is the in-process run (``--local``); ``smerge.spark_rtm.run_rtm_spark`` runs the same
+``run_rtm`` is the in-process run (``--local``); ``smerge.spark.rtm.run_rtm_spark`` runs the same
 prepared merge on Spark (each partition of A queries the server) with the same outputs.
 """
 
@@ -27,8 +27,8 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
 from smerge.errors import UsageError
-from smerge.jobs import (PreparedMerge, masked_stats, open_inputs, ProgressFactory, abort_outputs, check_outputs, commit_outputs, default_output,
-                         open_outputs, write_stats)
+from smerge.jobs.inputs import PreparedMerge, ProgressFactory, masked_stats, open_inputs
+from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
 from smerge.merge.params import MergeKeys, resolve_eps

@@ -19,7 +19,7 @@ import pyarrow as pa
 from smerge.datasets import InputSource, format_for, open_input, open_output
 from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import UsageError
-from smerge.jobs import check_run_outputs, write_stats
+from smerge.jobs.outputs import check_run_outputs, write_stats
 from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
 from smerge.transport import Prefetcher
 

@@ -1,6 +1,6 @@
 """A Spark Python data source for netCDF: partitions are slabs of the outermost dimension.
 
-    from smerge.spark_netcdf import register
+    from smerge.spark.netcdf import register
     register(spark)
     df = (spark.read.format("smerge_netcdf").option("path", "/shared/Pstorm.cdf")
           .option("numPartitions", 8).load())          # + options keys, variables, batchRows
@@ -17,7 +17,7 @@ Slab pairing (the CGM plan for local inputs) does not use this source: its tasks
 of both inputs themselves, measured 12-15x faster than moving the records through Spark's
 rows (docs/spark.md, "slab pairing vs shuffle"). The shuffle plan reads a local netCDF input
 through it when the other input is a URL, or with ``--conf smerge.reader=spark``
-(``smerge.spark_frames``); users may also read netCDF records as a DataFrame with it.
+(``smerge.spark.frames``); users may also read netCDF records as a DataFrame with it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """RTM on Spark (issue 4): each partition of A queries B's index server; the engine runs unchanged.
 
-``run_rtm_spark(prep, master=...)`` takes a ``smerge.rtm_job.prepare_rtm`` result and returns the
-same statistics dict as ``smerge.rtm_job.run_rtm``; the output files are exactly the ones
+``run_rtm_spark(prep, master=...)`` takes a ``smerge.jobs.rtm.prepare_rtm`` result and returns the
+same statistics dict as ``smerge.jobs.rtm.run_rtm``; the output files are exactly the ones
 ``--local`` writes (same rows, same order).
 
 - *Server*: the one of ``--server`` (token from ``--token-file``, certificates from
@@ -194,7 +194,7 @@ def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
 # ---- driver side -----------------------------------------------------------------------------
 
 def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    from smerge.spark import run_job  # job group + progress bar, shared by the Spark adapters
+    from smerge.spark.actions import run_job  # job group + progress bar, shared by the Spark adapters
 
     return run_job(sc, rdd_fn, total, progress, label)
 
@@ -203,7 +203,7 @@ def _kappa_max(prep, client) -> float:
     """kappa_max exactly as ``--local`` computes it: all of A's valid keys against all of B's."""
     from smerge.merge.cgm import kappa_max_pairs
     from smerge.merge.keys import key_matrix, nan_rows
-    from smerge.rtm_job import b_keys
+    from smerge.jobs.rtm import b_keys
 
     keys = prep.params.keys.a
     ks, n = [], 0
@@ -226,7 +226,7 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
     ``partitions``: P (default: Spark's default parallelism), reduced by the boundary rule.
     """
-    from smerge.spark import run_in_session
+    from smerge.spark.runner import run_in_session
 
     return run_in_session(lambda spark, _own, session_seconds, t0: _run(prep, spark, partitions, progress,
                                                                       session_seconds, t0),
@@ -275,7 +275,7 @@ def _run(prep, spark, partitions, progress, session_seconds: float, t_start: flo
 
 def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, server, build_seconds,
                      session_seconds, t_start) -> dict:
-    from smerge.rtm_job import unmatched_b
+    from smerge.jobs.rtm import unmatched_b
 
     job = prep.job
     params: RTMParams = prep.params

@@ -1,4 +1,5 @@
-"""The executor side of partitioned CGM: planning scans and the per-partition merge task.
+"""The executor side of partitioned CGM: the per-partition merge task (the planning scans are in
+``smerge.spark.plan``).
 
 Nothing here needs a SparkSession; the functions are shipped to executors by reference
 (``smerge`` must be installed in the executors' interpreter). Only the fault-injection hook
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 import numpy as np
@@ -34,8 +35,6 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
 from smerge.merge.keys import KeyedBatch, key_matrix
-
-SAMPLE_PER_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -78,134 +77,6 @@ def key_columns(batch: pa.RecordBatch, keys: tuple[str, ...]) -> np.ndarray:
     return key_matrix(batch, keys)
 
 
-# ---------------------------------------------------------------------------------------------
-# Planning: per chunk (``step`` outer indices) the count, k1 range, NaNs and a sample of k1.
-
-
-@dataclass
-class ChunkStats:
-    side: str
-    chunk: int
-    count: int = 0
-    k1_min: float = np.inf
-    k1_max: float = -np.inf
-    nan_k1: bool = False
-    first_nan_row: int = -1
-    first_nan_key: str = ""
-    sample: np.ndarray = field(default_factory=lambda: np.empty(0))
-
-
-SCAN_BATCH_CHUNKS = 8  # the k1 scan reads this many chunks per call (one key column: small)
-
-
-def _open_k1(spec: SideSpec):
-    """The input reduced to its leading key when the format allows it (same rows), else ``open_keys``."""
-    from smerge.datasets import open_input
-
-    try:
-        src = open_input(spec.path, keys=spec.keys[:1], variables=spec.keys[:1],
-                         batch_rows=spec.step * spec.inner * SCAN_BATCH_CHUNKS)
-        if (tuple(src.schema.names) == spec.keys[:1] and src.outer_size == spec.outer
-                and src.inner_size == spec.inner):
-            return src
-    except Exception:  # noqa: BLE001 - e.g. a gridded key: fall back
-        pass
-    return spec.open_keys()
-
-
-def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | None) -> list[ChunkStats]:
-    """Read the leading key k1 of chunks ``first_chunk .. last_chunk`` (None: to the end); their stats.
-
-    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns). Holds
-    the k1 values of the range in memory (8 bytes per record).
-    """
-    src = _open_k1(spec)
-    start = first_chunk * spec.step
-    stop = None if last_chunk is None else (last_chunk + 1) * spec.step
-    parts = [key_columns(b, spec.keys[:1])[:, 0] for b in src.batches(start, stop)]
-    k1 = np.concatenate(parts) if parts else np.empty(0)
-    chunk_rows = spec.step * spec.inner
-    row0 = start * spec.inner
-    out = []
-    for off in range(0, k1.size, chunk_rows):
-        seg = k1[off:off + chunk_rows]
-        out.append(_chunk_stats(side, (row0 + off) // chunk_rows, seg.size, seg, spec.keys[0],
-                                lambda i, o=off: row0 + o + i))
-    return out
-
-
-def _chunk_stats(side: str, chunk: int, count: int, seg: np.ndarray, k1: str, row_of) -> ChunkStats:
-    """One chunk's stats from the k1 values ``seg`` of its records (or of its outer indices);
-    ``row_of(i)`` is the global row of the record behind ``seg[i]``."""
-    st = ChunkStats(side, chunk, count=count)
-    nan = np.isnan(seg)
-    if nan.any():
-        st.nan_k1 = True
-        st.first_nan_row = row_of(int(np.argmax(nan)))
-        st.first_nan_key = k1
-        seg = seg[~nan]
-    if seg.size:
-        st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
-        st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
-    return st
-
-
-def coord_chunk_stats(side: str, spec: SideSpec, k1_by_outer: np.ndarray) -> list[ChunkStats]:
-    """Chunk stats from the values of k1 per outer index (a gridded input keyed by the
-    coordinate of its outer dimension): metadata only, no data is read."""
-    out = []
-    for c, a in enumerate(range(0, k1_by_outer.size, spec.step)):
-        seg = k1_by_outer[a:a + spec.step]
-        out.append(_chunk_stats(side, c, seg.size * spec.inner, seg, spec.keys[0],
-                                lambda i, a=a: (a + i) * spec.inner))
-    return out
-
-
-def choose_bounds(sample: np.ndarray, parts: int) -> tuple[float, ...]:
-    """P - 1 boundaries at the sample's quantiles, each moved into the gap below its value.
-
-    A boundary half-way between two distinct sampled values lies in a gap of the data, so on
-    gridded keys (time steps) no record is within a small eps of it and nothing is shared.
-    Fewer boundaries result when the sample has few distinct values.
-    """
-    if parts <= 1 or sample.size == 0:
-        return ()
-    vals = np.unique(sample)
-    if vals.size < 2:
-        return ()
-    srt = np.sort(sample)
-    bounds = []
-    for i in range(1, parts):
-        q = srt[min(srt.size - 1, (i * srt.size) // parts)]
-        j = int(np.searchsorted(vals, q))
-        if j == 0:
-            continue
-        b = (vals[j - 1] + vals[j]) / 2.0
-        if not bounds or b > bounds[-1]:
-            bounds.append(float(b))
-    return tuple(bounds)
-
-
-def needed_runs(stats: list[ChunkStats], lo: float, hi: float, closed_hi: bool, with_nan: bool,
-                step: int) -> tuple[tuple[int, int], ...]:
-    """Outer-index runs of the chunks whose k1 range meets [lo, hi) (or [lo, hi])."""
-    chunks = []
-    for st in stats:
-        if st.count == 0:
-            continue
-        meets = st.k1_max >= lo and (st.k1_min <= hi if closed_hi else st.k1_min < hi)
-        if meets or (with_nan and (st.nan_k1 or st.first_nan_row >= 0)):
-            chunks.append(st.chunk)
-    runs: list[list[int]] = []
-    for c in chunks:
-        if runs and runs[-1][1] == c * step:
-            runs[-1][1] = (c + 1) * step
-        else:
-            runs.append([c * step, (c + 1) * step])
-    return tuple((a, b) for a, b in runs)
-
-
-# ---------------------------------------------------------------------------------------------
 # The merge task of one partition.
 
 
@@ -283,7 +154,7 @@ class _PartWriter:
             import pyarrow.parquet as pq
 
             from smerge.datasets.writers import parquet_options
-            from smerge.spark_parquet import PART_WRITE_OPTIONS
+            from smerge.spark.parquet import PART_WRITE_OPTIONS
 
             self._sink = None
             self._w = pq.ParquetWriter(self.tmp, schema, **parquet_options(schema), **PART_WRITE_OPTIONS)
@@ -422,7 +293,7 @@ def run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | N
     """Merge partition ``p``: write its final pairs / unmatched records; return stats and seams.
 
     The task reads its chunks of A and B itself (slab pairing), or is given them: ``tables``
-    are the partition's records of A and B with a ``_row`` column (``smerge.spark_frames``).
+    are the partition's records of A and B with a ``_row`` column (``smerge.spark.frames``).
     SmergeErrors are returned (not raised) so that the driver can report them as one line.
     """
     try:
@@ -487,7 +358,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     if tables is None:
         src_a, src_b = _file_batches(plan.a, plan.runs_a[p]), _file_batches(plan.b, plan.runs_b[p])
     else:
-        from smerge.spark_frames import table_batches
+        from smerge.spark.frames import table_batches
 
         src_a = table_batches(tables[0], plan.a.schema, plan.a.batch_rows)
         src_b = table_batches(tables[1], plan.b.schema, plan.b.batch_rows)

@@ -1,7 +1,7 @@
 """W-join on Spark (issue 5, spec section 7): the in-process engine runs unchanged inside tasks.
 
-``run_wjoin_spark(prep, master=...)`` takes a ``smerge.wjoin_job.PreparedWJoin`` and returns the
-same statistics dict as ``smerge.wjoin_job.run_local``; the output file is exactly the one
+``run_wjoin_spark(prep, master=...)`` takes a ``smerge.jobs.wjoin.PreparedWJoin`` and returns the
+same statistics dict as ``smerge.jobs.wjoin.run_local``; the output file is exactly the one
 ``--local`` writes (same rows, same order).
 
 HW-join (equalities link every stream), P partitions:
@@ -386,14 +386,14 @@ def _chunk_items(spec: StreamSpec, i: int, groups: int) -> list[tuple[int, int, 
 
 
 def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    from smerge.spark import run_job  # job group + progress bar, shared by the Spark adapters
+    from smerge.spark.actions import run_job  # job group + progress bar, shared by the Spark adapters
 
     return run_job(sc, rdd_fn, total, progress, label)
 
 
 def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None = None,
                     conf: dict[str, str] | None = None, progress=None, verbose: bool = False, spark=None) -> dict:
-    """Run the W-join of ``prep`` (``smerge.wjoin_job.prepare``) on Spark; return its statistics.
+    """Run the W-join of ``prep`` (``smerge.jobs.wjoin.prepare``) on Spark; return its statistics.
 
     ``spark``: an existing SparkSession (tests, batch); otherwise one is started for ``master``
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
@@ -403,7 +403,7 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
     Settings ``smerge.*`` in ``conf`` are smerge's own: ``smerge.wjoin.split_groups`` (chunks per
     input in the split stage, default: default parallelism).
     """
-    from smerge.spark import run_in_session
+    from smerge.spark.runner import run_in_session
 
     return run_in_session(lambda spark, own, session_seconds, t0: _run(prep, spark, partitions, own, progress,
                                                                      session_seconds, t0),

@@ -232,7 +232,7 @@ def test_temp_names_carry_the_owner(tmp_path):
 def test_stale_spark_logs_are_removed(tmp_path, monkeypatch):
     import tempfile
 
-    from smerge.spark import remove_stale_logs, spark_log_path
+    from smerge.spark.session import remove_stale_logs, spark_log_path
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -255,7 +255,7 @@ def test_logs_of_failed_runs_rotate_and_a_successful_run_removes_its_own(tmp_pat
     runs (their process is gone) are kept, the newest KEEP_FAILED_LOGS of them."""
     import tempfile
 
-    from smerge.spark import KEEP_FAILED_LOGS, discard_log, remove_stale_logs, spark_log_path
+    from smerge.spark.session import KEEP_FAILED_LOGS, discard_log, remove_stale_logs, spark_log_path
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     logs = []

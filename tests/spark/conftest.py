@@ -12,7 +12,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 @pytest.fixture(scope="session")
 def spark():
-    from smerge.spark import start_session
+    from smerge.spark.session import start_session
 
     session = start_session("local[2,3]", {"spark.sql.shuffle.partitions": "4"})
     yield session

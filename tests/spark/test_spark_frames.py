@@ -1,4 +1,4 @@
-"""Inputs at URLs, read by Spark's own Parquet/CSV readers (smerge.spark_frames).
+"""Inputs at URLs, read by Spark's own Parquet/CSV readers (smerge.spark.frames).
 
 The oracle for the shuffle plan is slab pairing: with the same boundaries both plans hand the
 same records, in the same order, to the same engine task, so the outputs must be identical.
@@ -25,8 +25,8 @@ from spark_data import partially_sorted, write_stream
 from smerge.datasets import open_input
 from smerge.errors import InputError, UsageError
 from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
-from smerge.spark import run_cgm_spark
-from smerge.spark_frames import frame_format
+from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.frames import frame_format
 
 pytestmark = pytest.mark.slow
 
@@ -187,7 +187,7 @@ def test_cli_url_inputs(tmp_path):
 
 
 def test_a_failed_python_task_is_one_line_naming_its_error():
-    from smerge.spark import _task_failure
+    from smerge.spark.actions import task_failure as _task_failure
 
     text = ("[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most recent call last):\n"
             "  File \"x.py\", line 1, in f\n    g()\nValueError: bad split\n\nJVM stacktrace:\n"
@@ -202,7 +202,7 @@ def test_a_failed_python_task_is_one_line_naming_its_error():
 def test_progress_counts_result_tasks_not_shuffle_map_tasks():
     from types import SimpleNamespace as NS
 
-    from smerge.spark import result_tasks_done
+    from smerge.spark.actions import result_tasks_done
 
     stages = {3: NS(numCompletedTasks=40), 4: NS(numCompletedTasks=35), 5: NS(numCompletedTasks=2),
               6: NS(numCompletedTasks=1)}
@@ -216,7 +216,7 @@ def test_progress_counts_result_tasks_not_shuffle_map_tasks():
 def test_split_layout_is_pinned_for_the_whole_run(spark, tmp_path, monkeypatch):
     # On a cluster the default parallelism grows as executors register; Spark then cuts the
     # files into more splits. Row ids must not depend on that: the layout is pinned per run.
-    import smerge.spark_frames as sf
+    import smerge.spark.frames as sf
 
     rng = np.random.default_rng(4)
     a = write_stream(tmp_path / "a.parquet", partially_sorted(3000, rng, spread=20), np.zeros(3000))

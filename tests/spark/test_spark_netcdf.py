@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from smerge.datasets import open_input
-from smerge.spark_netcdf import register
+from smerge.spark.netcdf import register
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.rtm_job import RTMJob, prepare_rtm, run_rtm
-from smerge.spark_rtm import plan_ranges
+from smerge.jobs.rtm import RTMJob, prepare_rtm, run_rtm
+from smerge.spark.rtm import plan_ranges
 
 SAME_STATS = ("a_records", "b_records", "matched", "a_unmatched", "b_unmatched", "a_nan_keys", "passes",
               "report_windows", "kappa_min", "drop_rate_moving_max", "kappa_max", "a_windows", "b_windows",
@@ -46,7 +46,7 @@ def _random_ab(tmp_path, seed):
 
 
 def _run_both(spark, tmp_path, a, b, parts, *, tag, **kw):
-    from smerge.spark_rtm import run_rtm_spark
+    from smerge.spark.rtm import run_rtm_spark
 
     base = dict(a=a, b=b, with_ids=True, **kw)
     loc = run_rtm(prepare_rtm(RTMJob(output=str(tmp_path / f"{tag}-l.parquet"), unmatched=str(tmp_path / f"{tag}-ul"),
@@ -94,7 +94,7 @@ def test_spark_against_running_server_and_netcdf_output(spark, tmp_path, ncar_di
     """--server: the tasks query the user's server (with its token); netCDF output on A's grid."""
     from smerge.index import BIndex
     from smerge.datasets import open_input
-    from smerge.spark_rtm import run_rtm_spark
+    from smerge.spark.rtm import run_rtm_spark
     from smerge.transport.flight_server import IndexServer
 
     u, v = os.path.join(ncar_dir, "Ustorm.cdf"), os.path.join(ncar_dir, "Vstorm.cdf")
@@ -120,7 +120,7 @@ def test_spark_against_running_server_and_netcdf_output(spark, tmp_path, ncar_di
 @pytest.mark.slow
 def test_nan_key_error_from_a_task_is_one_line(spark, tmp_path):
     from smerge.errors import InputError
-    from smerge.spark_rtm import run_rtm_spark
+    from smerge.spark.rtm import run_rtm_spark
 
     pq.write_table(pa.table({"k": [0.0, 1.0, 2.0, np.nan, 4.0, 5.0]}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"k": [0.0, 1.0]}), tmp_path / "b.parquet")

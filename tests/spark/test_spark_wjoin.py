@@ -13,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from smerge.errors import InputError
-from smerge.spark_wjoin import merge_parts
-from smerge.wjoin_job import WJoinJob, prepare, run_local
-from smerge.spark_wjoin import run_wjoin_spark
+from smerge.spark.wjoin import merge_parts
+from smerge.jobs.wjoin import WJoinJob, prepare, run_local
+from smerge.spark.wjoin import run_wjoin_spark
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,91 @@
+"""A prepared run's inputs: opened (metadata only) with their keys matched by name, and what
+a run reports about them (values masked by valid ranges). Shared by the cgm and rtm jobs (in
+process and on Spark)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping
+
+import pyarrow as pa
+
+from smerge.datasets import InputSource, open_input
+from smerge.errors import MissingKeyError, UsageError
+from smerge.merge import CGMParams
+
+if TYPE_CHECKING:
+    from smerge.jobs.cgm import CGMJob
+
+ProgressFactory = Callable[[int | None, str], "Progress"]
+
+
+class Progress:
+    """What the runner needs of a progress bar (the CLI passes a tqdm-backed one)."""
+
+    def update(self, n: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class PreparedMerge:
+    job: CGMJob  # or an RTMJob (smerge.jobs.rtm)
+    src_a: InputSource
+    src_b: InputSource
+    params: CGMParams
+    output: str
+    output_format: str
+    out_schema: pa.Schema
+    write_ids: bool
+    unmatched_paths: tuple[str, str] | None
+    extra: dict = field(default_factory=dict)
+
+
+def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[InputSource, InputSource]:
+    """Open A and B (metadata only) with their keys matched **by name** (DATA.md section 1).
+
+    B's keys are ``--keys-b`` when given, else A's key names (given, or A's defaults: the
+    coordinate variables of A's dimensions in A's order), whatever B's own dimension order.
+    ``job`` needs ``a``, ``b``, ``keys_a``, ``keys_b``, ``vars_a``, ``vars_b``, ``batch_rows``.
+    """
+    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+    if not src_a.keys:
+        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+    keys_b = job.keys_b or tuple(src_a.keys)
+    try:
+        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+    except MissingKeyError as e:
+        if job.keys_b:
+            raise
+        raise UsageError(f"{job.b}: B has no {', '.join(map(repr, e.missing))}, a key of A ({','.join(src_a.keys)}); "
+                         "keys are matched by name: name B's keys in A's order with --keys-b") from None
+    if not src_b.keys:
+        raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    return src_a, src_b
+
+
+def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
+    """``a_masked``/``b_masked``: values made missing by valid_min/valid_max/valid_range in each
+    input (DATA.md section 3); ``None`` for a B behind a running server (not read here).
+    ``read_here``: the whole inputs were streamed in this process (else they are counted by a
+    read of the variables that have such attributes)."""
+    from smerge.datasets.netcdf import masked_values
+
+    b = None if prep.src_b.format == "flight" else masked_values(prep.src_b, read_here=read_here)
+    return {"a_masked": masked_values(prep.src_a, read_here=read_here), "b_masked": b}
+
+
+def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
+    """True when an input is a URL for Spark's readers (hdfs://, s3a://, file://, ...) or the
+    run asks for them (``--conf smerge.reader=spark``): the inputs are then opened in Spark."""
+    from smerge.datasets import is_spark_url
+
+    reader = str((conf or {}).get("smerge.reader", "auto")).lower()
+    if reader not in ("auto", "spark", "smerge"):
+        raise UsageError(f"--conf smerge.reader={reader!r}: use auto, spark or smerge")
+    if reader == "smerge":
+        return False
+    return reader == "spark" or any(is_spark_url(p) for p in (job.a, job.b) if p)
+
+
+__all__ = ["Progress", "ProgressFactory", "PreparedMerge", "open_inputs", "masked_stats", "needs_spark_readers"]

@@ -1,0 +1,122 @@
+"""A run's outputs: checked before anything is read (the output rule), opened as atomic writers,
+committed or aborted together; the statistics JSON. Shared by the cgm, rtm and wjoin jobs (in
+process and on Spark)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pyarrow as pa
+
+from smerge.datasets import InputSource, format_for, open_output
+from smerge.datasets.outputs import check_distinct, check_target, make_temp_file
+from smerge.datasets.writers import DATASET_FORMAT
+from smerge.errors import UsageError
+from smerge.jobs.inputs import PreparedMerge
+from smerge.merge.output import b_output_names
+
+
+def default_output(a: str, b: str) -> str:
+    stem = lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0]  # noqa: E731
+    return f"{stem(a)}+{stem(b)}.parquet"
+
+
+def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str, str] | None]:
+    """Validate a run's outputs before anything is read: format, and the output rule of
+    ``smerge.datasets.outputs`` for each of -o, --unmatched and --stats (see ``check_run_outputs``).
+    Returns the output format and the unmatched paths (or None).
+
+    ``job`` needs ``a``, ``b``, ``format``, ``overwrite``, ``unmatched`` and ``stats``.
+    """
+    fmt = format_for(output, job.format)
+    if fmt == "netcdf" and src_a.grid is None:
+        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
+    unmatched = None
+    if job.unmatched:
+        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
+    outs = [("-o", output, fmt == DATASET_FORMAT)] + [("--unmatched", u, False) for u in (unmatched or ())] + (
+        [("--stats", job.stats, False)] if job.stats else [])
+    check_run_outputs([job.a, job.b], outs, overwrite=job.overwrite)
+    return fmt, unmatched
+
+
+def check_run_outputs(inputs, outputs: list[tuple[str, str, bool]], *, overwrite: bool) -> None:
+    """The output rule for every output of one run, before anything is written (exit 2):
+    distinct real paths, none an input or inside a folder output (``check_distinct_paths``),
+    then for each one ``smerge.datasets.outputs.check_target`` (exists without ``overwrite``;
+    with it only a file or a folder smerge wrote, never one holding an input).
+    ``outputs``: (option, path, is a folder)."""
+    check_distinct_paths(inputs, outputs)
+    for opt, path, folder in outputs:
+        check_target(path, overwrite=overwrite, folder=folder, inputs=inputs, opt=opt)
+
+
+def check_distinct_paths(inputs, outputs) -> None:
+    """Exit 2 when an output path is an input or another output of the run (nothing would be
+    left of the input, or one output would replace another), compared by real path.
+    ``outputs``: (option, path) or (option, path, is a folder)."""
+    check_distinct(inputs, [(o[0], o[1], bool(o[2]) if len(o) > 2 else False) for o in outputs])
+
+
+def open_outputs(prep: PreparedMerge):
+    """The atomic writers of a run: (pairs, unmatched A, unmatched B) — the last two may be None."""
+    options = {}
+    if prep.output_format == "netcdf":
+        names_b = b_output_names(prep.src_a.schema.names, prep.src_b.schema.names)
+        b_payload = [(n, o) for n, o in zip(prep.src_b.schema.names, names_b) if n not in prep.src_b.keys]
+        options = dict(template=prep.src_a, template_b=prep.src_b, b_columns=[o for _, o in b_payload],
+                       b_sources=[n for n, _ in b_payload], history=prep.job.command or "smerge cgm")
+    outs = []
+    try:
+        outs.append(open_output(prep.output, prep.out_schema, fmt=prep.output_format, overwrite=prep.job.overwrite,
+                                **options))
+        if prep.unmatched_paths:
+            for side, path, src in (("a", prep.unmatched_paths[0], prep.src_a), ("b", prep.unmatched_paths[1], prep.src_b)):
+                schema = src.schema
+                if prep.params.with_ids:
+                    schema = schema.append(pa.field(f"{side}_row", pa.int64()))
+                outs.append(open_output(path, schema, fmt="parquet", overwrite=prep.job.overwrite))
+        else:
+            outs += [None, None]
+    except BaseException:
+        for o in outs:
+            if o is not None:
+                o.abort()
+        raise
+    return outs
+
+
+def commit_outputs(outputs) -> float:
+    """Commit every atomic output (rename into place); returns the seconds it took."""
+    t = time.perf_counter()
+    for w in outputs:
+        if w is not None:
+            w.commit()
+    return time.perf_counter() - t
+
+
+def abort_outputs(outputs) -> None:
+    """Remove every temporary output after a failure: no half-written file is left."""
+    for w in outputs:
+        if w is not None:
+            w.abort()
+
+
+def write_stats(path: str, stats: dict) -> None:
+    """Write the statistics JSON atomically (owner-tagged temporary file, umask modes)."""
+    tmp = make_temp_file(path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(stats, f, indent=2, sort_keys=False, default=float)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+__all__ = ["default_output", "check_outputs", "check_run_outputs", "check_distinct_paths", "open_outputs",
+           "commit_outputs", "abort_outputs", "write_stats"]

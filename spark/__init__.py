@@ -1,0 +1,14 @@
+"""Spark execution: the only package that imports pyspark.
+
+- ``session``: start a SparkSession (the JVM's log to a file, workers warmed), its logs;
+  ``runner``: what every runner does around its work (session, staging folder, commit or abort);
+  ``actions``: jobs with a progress bar, task errors mapped to smerge's.
+- The runners: ``cgm`` (planning in ``plan``, the partition task in ``tasks``, seam resolution
+  in ``seams``, the final outputs in ``assemble``), ``rtm``, ``wjoin`` (its tasks in
+  ``wjoin_tasks``).
+- Inputs and outputs: ``frames`` (URLs read by Spark's own readers), ``netcdf`` (the
+  ``smerge_netcdf`` data source), ``parquet`` (Parquet parts joined byte-for-byte).
+
+Nothing is imported here: ``import smerge.spark.session`` etc. (executors import only what
+their tasks need).
+"""

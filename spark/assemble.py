@@ -1,0 +1,139 @@
+"""The driver's last step of a partitioned CGM run: the final outputs from the part files.
+
+Arrow parts (CSV, netCDF, ... outputs) are written through the output writers
+(``assemble_outputs``); Parquet parts written by the executors are moved into place: a dataset
+folder is the parts renamed, a single file the parts joined byte-for-byte
+(``finish_parquet``, ``smerge.spark.parquet``). Either way the outputs appear only when all
+of them are complete.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.datasets.outputs import mark_dataset, replace_dir
+from smerge.datasets.writers import DATASET_FORMAT
+from smerge.errors import OutputError
+from smerge.jobs import PreparedMerge, open_outputs
+from smerge.spark.parquet import ParquetConcatError, concat_parquet
+from smerge.spark.tasks import MergePlan, _PartWriter, part_path, read_ipc_bytes
+
+
+def _read_part(path: str):
+    if not os.path.exists(path):
+        return
+    with pa.memory_map(path) as src:
+        reader = pa.ipc.open_file(src)
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+
+
+def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:
+    if batch.schema.names != schema.names:
+        batch = pa.RecordBatch.from_arrays([batch.column(n) for n in schema.names], schema=schema)
+    return batch
+
+
+def assemble_outputs(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
+    """Write the final outputs atomically from the part files and the kept seam pairs."""
+    out, un_a, un_b = open_outputs(prep)
+    writers = [w for w in (out, un_a, un_b) if w is not None]
+    try:
+        for r in results:
+            for b in _read_part(part_path(plan.staging, "pairs", r["p"])):
+                out.write(_conform(b, out.schema))
+        if seam["pairs"] is not None:
+            for b in seam["pairs"].to_batches():
+                out.write(_conform(b, out.schema))
+        if un_a is not None:
+            for r in results:
+                for b in _read_part(part_path(plan.staging, "ua", r["p"])):
+                    un_a.write(_conform(b, un_a.schema))
+            if seam["dropped_a"] is not None:
+                for b in seam["dropped_a"].to_batches():
+                    un_a.write(_conform(b, un_a.schema))
+        if un_b is not None:
+            for r in results:
+                for b in _read_part(part_path(plan.staging, "ub", r["p"])):
+                    un_b.write(_conform(b, un_b.schema))
+            kept_b = seam["kept_b"]
+            for r in results:
+                t = read_ipc_bytes(r["cand_b"])
+                if t is None:
+                    continue
+                rows = t.column("b_row").to_numpy()
+                t = t.filter(pa.array(~np.isin(rows, kept_b)))
+                for b in t.to_batches():
+                    un_b.write(_conform(b, un_b.schema))
+        for w in writers:
+            w.commit()
+    except BaseException:
+        for w in writers:
+            w.abort()
+        raise
+
+
+def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
+    """Executors wrote the final Parquet parts; add the driver's parts (kept seam pairs, seam
+    records that became unmatched) and move everything into place.
+
+    A dataset output is the folder of parts itself (renamed into place). A single file is the
+    parts joined byte-for-byte (``smerge.spark.parquet``: row groups copied, one footer
+    written), into a temporary file renamed over the target. The outputs are moved into place
+    only when every one of them is complete.
+    """
+    P = plan.parts
+
+    def extra(kind: str, schema: pa.Schema, tables: list) -> None:
+        tables = [t for t in tables if t is not None and t.num_rows]
+        if not tables:
+            return
+        w = _PartWriter(part_path(plan.staging, kind, P, "parquet"), schema, "parquet")
+        try:
+            for t in tables:
+                for b in t.to_batches():
+                    w.write(b)
+            w.close()
+        except BaseException:
+            w.abort()
+            raise
+
+    extra("pairs", plan.out_schema, [seam["pairs"]])
+    targets = [("pairs", prep.output, plan.out_schema)]
+    if prep.unmatched_paths:
+        extra("ua", plan.una_schema, [seam["dropped_a"]])
+        kept_b, cands = seam["kept_b"], []
+        for r in results:
+            t = read_ipc_bytes(r["cand_b"])
+            if t is not None:
+                cands.append(t.filter(pa.array(~np.isin(t.column("b_row").to_numpy(), kept_b))))
+        extra("ub", plan.unb_schema, cands)
+        targets += [("ua", prep.unmatched_paths[0], plan.una_schema), ("ub", prep.unmatched_paths[1], plan.unb_schema)]
+    ready: list[tuple[str, str, bool]] = []  # (finished path, target, is a directory)
+    try:
+        for kind, target, schema in targets:
+            paths = [part_path(plan.staging, kind, p, "parquet") for p in range(P + 1)]
+            if kind == "pairs" and prep.output_format == DATASET_FORMAT:
+                folder = os.path.join(plan.staging, kind)
+                for name in os.listdir(folder):  # leftovers of failed task attempts
+                    if not name.endswith(".parquet"):
+                        os.unlink(os.path.join(folder, name))
+                mark_dataset(folder)  # this folder becomes the dataset: smerge's marker in it
+                ready.append((folder, target, True))
+                continue
+            tmp = os.path.join(plan.staging, f"{kind}.joined.parquet")
+            concat_parquet(paths, tmp, schema, take_first=True)
+            ready.append((tmp, target, False))
+    except ParquetConcatError as e:
+        raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None
+    for src, target, is_dir in ready:
+        if is_dir:
+            replace_dir(src, target)  # checks the replace rule again (marker or empty)
+        else:
+            os.replace(src, target)
+
+
+__all__ = ["assemble_outputs", "finish_parquet"]

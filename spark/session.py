@@ -1,0 +1,176 @@
+"""The Spark session: start it (the JVM's log to a file, workers warmed), stop it, its logs.
+
+The session start, the log rotation and ``split_conf`` are shared by the cgm, rtm and wjoin
+runners (``smerge.spark.runner``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.datasets.outputs import host_tag, owner_pid_gone
+from smerge.errors import UsageError
+
+DEFAULT_MASTER = "local[*]"
+SMERGE_CONF_PREFIX = "smerge."
+
+
+def quiet_stderr(log_path: str):
+    """Redirect fd 2 to ``log_path`` while the JVM starts (it keeps that stderr for its life)."""
+
+    @contextlib.contextmanager
+    def cm():
+        sys.stderr.flush()
+        saved = os.dup(2)
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.dup2(fd, 2)
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(fd)
+
+    return cm()
+
+
+def spark_log_path() -> str:
+    """This process's Spark log: ``smerge-spark-<host>-<pid>.log`` in the temporary folder
+    (owner-tagged as ``smerge.datasets.outputs`` names temporary files)."""
+    return os.path.join(tempfile.gettempdir(), f"smerge-spark-{host_tag()}-{os.getpid()}.log")
+
+
+KEEP_FAILED_LOGS = 5  # logs of failed or killed runs kept in the temporary folder (the newest)
+
+
+def discard_log() -> None:
+    """Remove this process's Spark log: the CLI calls it when the run succeeded (exit 0 or 3),
+    so only the logs of failed or killed runs stay (and ``remove_stale_logs`` rotates those)."""
+    with contextlib.suppress(OSError):
+        os.unlink(spark_log_path())
+
+
+def remove_stale_logs(keep: int = KEEP_FAILED_LOGS) -> None:
+    """Rotate the Spark logs of smerge processes that no longer run (this host, boot and pid
+    namespace; see ``smerge.datasets.outputs.owner_pid_gone``): these are failed or killed
+    runs (a run that succeeds removes its own, ``discard_log``); the ``keep`` newest stay for a
+    look, older ones are removed. Untagged logs of older smerge versions last written before
+    this boot are removed too."""
+    d = tempfile.gettempdir()
+    try:
+        names = [n for n in os.listdir(d) if n.startswith("smerge-spark-") and n.endswith(".log")]
+    except OSError:
+        return
+    boot = _boot_time()
+    gone = []
+    for n in names:
+        path = os.path.join(d, n)
+        m = _LOG_RE.fullmatch(n)
+        with contextlib.suppress(OSError):
+            if m and owner_pid_gone(m.group(1), int(m.group(2))):
+                gone.append((os.stat(path).st_mtime, path))
+            elif boot and _OLD_LOG_RE.fullmatch(n) and os.stat(path).st_mtime < boot:
+                os.unlink(path)  # an untagged log of an older smerge, last written before this boot
+    for _, path in sorted(gone, reverse=True)[max(keep, 0):]:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+def _boot_time() -> float | None:
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/stat") as f:
+            for line in f:
+                if line.startswith("btime "):
+                    return float(line.split()[1])
+    return None
+
+
+_LOG_RE = re.compile(r"smerge-spark-([0-9a-f]{10})-(\d+)\.log")
+_OLD_LOG_RE = re.compile(r"smerge-spark-\d+\.log")
+
+
+def under_spark_submit() -> bool:
+    """True when this process was launched by spark-submit (its JVM is already running)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | None = None, *, verbose: bool = False,
+                  app_name: str = "smerge"):
+    """A SparkSession for ``master`` (None: the one spark-submit configured) with ``conf``.
+
+    Workers run this interpreter. Without ``verbose`` the JVM's own log goes to
+    ``spark_log_path()``, not the terminal.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas")
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    defaults = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
+        "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
+    }
+    if master is not None and master.startswith("local"):
+        defaults["spark.ui.enabled"] = "false"
+    if not verbose:
+        defaults["spark.log.level"] = "ERROR"
+    for k, v in {**defaults, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    remove_stale_logs()
+    quiet = contextlib.nullcontext() if verbose else quiet_stderr(spark_log_path())
+    try:
+        with quiet:
+            spark = builder.getOrCreate()
+    except Exception as e:  # the JVM did not start: say where its log is
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        where = "" if verbose else f"; Spark's log: {spark_log_path()}"
+        raise UsageError(f"cannot start Spark (--master {master}): {msg}{where}; or run with --local") from None
+    if not verbose:
+        spark.sparkContext.setLogLevel("ERROR")
+    warm_workers(spark)
+    return spark
+
+
+def _warm(_):
+    import pyarrow.parquet  # noqa: F401 - the part writer
+    import smerge.datasets.netcdf  # noqa: F401 - netCDF4 and HDF5
+    import smerge.datasets.parquet  # noqa: F401
+    import smerge.merge._kernel  # noqa: F401 - numba and the cached kernels
+    import smerge.spark.tasks  # noqa: F401
+    import smerge.transport  # noqa: F401
+
+    # pyarrow imports pandas lazily on its first conversion of a numpy masked array (~0.3 s),
+    # which the netCDF reader does: pay it here, once per worker, not in the first job.
+    pa.array(np.ma.masked_array(np.zeros(1), mask=[False]))
+    return [os.getpid()]
+
+
+def warm_workers(spark) -> None:
+    """Start the Python workers and import smerge in them (a per-session cost, like the JVM's)."""
+    sc = spark.sparkContext
+    n = max(1, sc.defaultParallelism)
+    sc.parallelize(range(n), n).flatMap(_warm).collect()
+
+
+def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(Spark settings, smerge settings ``smerge.*``)."""
+    spark_conf, own = {}, {}
+    for k, v in (conf or {}).items():
+        (own if k.startswith(SMERGE_CONF_PREFIX) else spark_conf)[k] = v
+    return spark_conf, own
+
+
+__all__ = ["start_session", "under_spark_submit", "split_conf", "spark_log_path", "discard_log", "remove_stale_logs",
+           "KEEP_FAILED_LOGS", "DEFAULT_MASTER", "SMERGE_CONF_PREFIX"]
