@@ -2,7 +2,10 @@
 
 The package is assembled from the repository's top-level folders (see setup.cfg):
 ``smerge.merge`` (pure engines), ``smerge.datasets`` (readers/writers), ``smerge.transport``
-(prefetching, Flight), ``smerge.index`` (R-tree), ``smerge.cli`` (the command line).
+(prefetching, Flight), ``smerge.index`` (R-tree), ``smerge.jobs`` (in-process jobs),
+``smerge.spark`` (Spark execution, the only package that imports pyspark), ``smerge.cli`` (the
+command line). This folder holds the package root: errors and the public API ``smerge.xarray``,
+``smerge.plot``.
 """
 
 __version__ = "0.1.0"
