@@ -14,7 +14,7 @@ from smerge.cli.common import (AUTO_CONF_KEY, AUTO_ENV, AUTO_MAX_BYTES, choose_r
                                split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 
@@ -80,6 +80,7 @@ def cgm(
     nan_keys: NanOpt = "error",
     sample_a: SampleAOpt = None,
     sample_b: SampleBOpt = None,
+    budget: BudgetOpt = None,
     local: LocalOpt = False,
     master: MasterOpt = None,
     partitions: PartOpt = None,
@@ -115,7 +116,7 @@ def cgm(
         spark_readers = not local and needs_spark_readers(job, spark_conf)
         route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf,
                              spark_readers=spark_readers)
-        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark)
+        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark, budget=budget)
         if route.spark:  # executors resolve relative paths from their own working folder
             job = with_absolute_paths(replace(job, output=job.output or default_output(job.a, job.b)))
         # URL inputs are opened by Spark's readers, in the session: prepared there.

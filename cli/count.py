@@ -14,6 +14,7 @@ import typer
 
 from smerge.cli.cgm import DebugOpt, JsonOpt, OverwriteOpt, StatsOpt
 from smerge.cli.common import emit_stats, require_texts, run_guarded
+from smerge.cli.sampling import BudgetOpt, SampleOpt
 
 app = typer.Typer(add_completion=False)
 SHOWN_ROWS = 50
@@ -30,6 +31,8 @@ def count(
     output: Annotated[Optional[str], typer.Option("-o", "--output", help="Write the counts (start, end, item, count, exact) to .parquet, .csv or .arrow.")] = None,
     overwrite: OverwriteOpt = False,
     stats_path: StatsOpt = None,
+    sample: SampleOpt = None,
+    budget: BudgetOpt = None,
     as_json: JsonOpt = False,
     debug: DebugOpt = False,
 ) -> None:
@@ -48,8 +51,12 @@ def count(
             from smerge.datasets.writers import check_output_path
 
             check_output_path(output, overwrite=overwrite, inputs=[source])
+        from smerge.cli.sampling import apply_sample_all, count_sample_stats
+
+        apply_sample_all(sample, [source], spark=False, budget=budget)  # an archive SOURCE: counts scaled by 1/f
         t0 = time.perf_counter()
         table, stats = _count(source, item, time_col, every, start, stop)
+        count_sample_stats(stats, source)
         stats["seconds"] = round(time.perf_counter() - t0, 4)
         if output:
             from smerge.datasets.writers import open_output
@@ -108,7 +115,10 @@ def _from_records(source, item, time_col, every, start, stop):
     if item not in names:
         raise UsageError(f"{source}: --item {item!r} is not a column; columns: {', '.join(names[:20])}")
     schema = pa.schema([src.schema.field(item), src.schema.field(time_col)])
-    counts = _query(schema.field(0).type, schema.field(1).type, every, start, stop)
+    from smerge.cli.sampling import SampledCounts
+
+    counts = SampledCounts(lambda: _query(schema.field(0).type, schema.field(1).type, every, start, stop),
+                           src.counters)
     ipc = IpcBytes(schema)
     records = 0
     for batch in src.batches():

@@ -1,10 +1,12 @@
-"""``--sample-a/--sample-b`` (cgm, rtm) and ``--sample`` (wjoin): read a fraction of archive inputs.
+"""``--sample-a/--sample-b`` (cgm, rtm), ``--sample`` (wjoin, count) and ``--budget``: read a fraction of archive inputs.
 
 The fraction is handed to the archive backend before the inputs are opened
 (``archive_read.request_sample``); the statistics then give the fraction used per archive input
 (``a_sample_fraction``, ``b_sample_fraction``; wjoin: ``sample_fractions``, None for inputs
-that are not archives) and counts scaled by 1/f into estimates with 95% intervals. In-process
-only for now: Spark runs refuse f < 1.
+that are not archives) and counts scaled by 1/f into estimates with 95% intervals.
+``auto`` with ``--budget SECONDS`` chooses the fraction per run from the measured throughput
+(``archive_read.auto_batches``); one budget is shared by the command's archive inputs, counted
+from when the options are checked. In-process only for now: Spark runs refuse f < 1 and auto.
 """
 
 from __future__ import annotations
@@ -15,37 +17,64 @@ from typing import Annotated, Optional, Sequence
 import typer
 
 SampleAOpt = Annotated[Optional[str], typer.Option("--sample-a", help="Read fraction F in (0, 1] of A when A is an "
-                                                                      "archive folder (default 1: every record).")]
+                                                                      "archive folder (default 1: every record), or "
+                                                                      "auto: F per run to fit --budget.")]
 SampleBOpt = Annotated[Optional[str], typer.Option("--sample-b", help="Read fraction F in (0, 1] of B when B is an "
-                                                                      "archive folder (default 1: every record).")]
+                                                                      "archive folder (default 1: every record), or "
+                                                                      "auto: F per run to fit --budget.")]
 SampleOpt = Annotated[Optional[str], typer.Option("--sample", help="Read fraction F in (0, 1] of every input that "
-                                                                   "is an archive folder (default 1).")]
+                                                                   "is an archive folder (default 1), or auto: F "
+                                                                   "per run to fit --budget.")]
+BudgetOpt = Annotated[Optional[str], typer.Option("--budget", help="With --sample auto: the seconds the archive "
+                                                                   "reads may take; the fraction of each next run "
+                                                                   "is set from the throughput measured so far.")]
+AUTO = "auto"
 
 
-def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, spark: bool) -> None:
+def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
+    """The command's shared Budget when some fraction is ``auto`` (None otherwise); --budget without
+    auto, or auto without --budget, is a UsageError."""
+    from smerge.datasets.archive_read import Budget, parse_budget
+    from smerge.errors import UsageError
+
+    auto = any(t is not None and t.strip().lower() == AUTO for t in texts)
+    if budget is not None and not auto:
+        raise UsageError(f"--budget {budget}: it applies to --sample auto (or --sample-a/-b auto) only")
+    if auto and budget is None:
+        raise UsageError("--sample auto needs --budget SECONDS (the time the archive reads may take)")
+    return Budget(parse_budget(budget)) if auto else None
+
+
+def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, spark: bool,
+                  budget: Optional[str] = None) -> None:
     """Check each ``(option, fraction text, input path)`` and request the fraction for archive inputs.
-    A fraction below 1 for an input that is not an archive, or on Spark, is a UsageError."""
+    A fraction below 1 (or auto) for an input that is not an archive, or on Spark, is a UsageError;
+    ``budget`` is the text of ``--budget`` (needed by, and only by, auto)."""
     from smerge.datasets.archive import is_archive
     from smerge.datasets.archive_read import clear_requests, parse_fraction, request_sample
     from smerge.errors import UsageError
 
     clear_requests()  # a request lasts one command (main() may run several in one process)
+    shared = _budget([text for _, text, _ in pairs], budget)
     for opt, text, path in pairs:
         if text is None:
             continue
-        f = parse_fraction(text, opt)
+        auto = text.strip().lower() == AUTO
+        f = shared if auto else parse_fraction(text, opt)
         if path is None or not is_archive(path):
-            if f < 1:
+            if auto or f < 1:
                 raise UsageError(f"{opt} {text}: {path or 'that input'} is not an archive folder; sampling reads "
                                  "archives only (`smerge archive append`)")
             continue
-        if spark and f < 1:
+        if spark and (auto or f < 1):
             raise UsageError(f"{opt} {text}: sampled archive reads run in-process only for now; pass --local")
         request_sample(path, f)
 
 
-def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool) -> None:
-    """wjoin's ``--sample F``: every input that is an archive folder is read with F (files in full)."""
+def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool, budget: Optional[str] = None,
+                     option: str = "--sample") -> None:
+    """wjoin's (and count's) ``--sample F|auto``: every input that is an archive folder is read with
+    F (files in full)."""
     from smerge.datasets.archive import is_archive
     from smerge.errors import UsageError
 
@@ -53,9 +82,12 @@ def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool)
     if text is not None and not archives:
         from smerge.datasets.archive_read import parse_fraction
 
-        if parse_fraction(text, "--sample") < 1:
-            raise UsageError(f"--sample {text}: no input is an archive folder; sampling reads archives only")
-    apply_samples([("--sample", text, p) for p in archives], spark=spark)
+        _budget([text], budget)
+        if text.strip().lower() == AUTO or parse_fraction(text, option) < 1:
+            raise UsageError(f"{option} {text}: no input is an archive folder; sampling reads archives only")
+        apply_samples([], spark=spark)
+        return
+    apply_samples([(option, text, p) for p in archives], spark=spark, budget=budget)
 
 
 Z95 = 1.959964  # two-sided 95% normal quantile
@@ -69,19 +101,55 @@ def estimate(count: int, p: float) -> tuple[float, list[float]]:
     return est, [max(float(count), est - half), est + half]
 
 
+def estimate_runs(counts: Sequence[int], fractions: Sequence[float]) -> tuple[float, list[float]]:
+    """Horvitz-Thompson over runs read with different fractions: ``sum count_i / f_i``, with the
+    binomial variance ``sum count_i (1 - f_i) / f_i^2`` (normal approximation; never below the count)."""
+    est = sum(c / f for c, f in zip(counts, fractions))
+    var = sum(c * (1.0 - f) / (f * f) for c, f in zip(counts, fractions))
+    return est, [max(float(sum(counts)), est - Z95 * math.sqrt(var)), est + Z95 * math.sqrt(var)]
+
+
+def used_fraction(path: str) -> tuple[float, Optional[dict]]:
+    """The fraction an archive input was read with and, for auto, its reader's counters: the
+    fraction is then the expected share of the archive read (sum f_i n_i / N over its runs)."""
+    from smerge.datasets.archive_read import Budget, fraction_for, used_for
+
+    f = fraction_for(path)
+    if not isinstance(f, Budget):
+        return f, None
+    used = used_for(path) or {}
+    return used.get("sample_fraction") or 1.0, used
+
+
+def _auto_stats(result: dict, prefix: str, used: dict) -> None:
+    result[f"{prefix}sample_mode"] = "auto"
+    result[f"{prefix}sample_budget"] = used.get("budget_seconds")
+    result[f"{prefix}sample_run_fractions"] = list(used.get("run_fractions", []))
+    result[f"{prefix}sample_read_seconds"] = round(used.get("read_seconds", 0.0), 4)
+
+
 def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> dict:
     """Add ``<name>_sample_fraction`` for each ``(name, path)`` that is an archive folder and, when
     a fraction is below 1, estimates for the full inputs: ``<name>_records_estimate`` and
-    ``matched_estimate`` (a pair survives with the product of the fractions), each with ``_95``."""
+    ``matched_estimate`` (a pair survives with the product of the fractions), each with ``_95``.
+    With auto: also ``<name>_sample_mode``, ``_sample_budget``, ``_sample_run_fractions``,
+    ``_sample_read_seconds``; the records estimate sums each run's records over its own fraction,
+    and ``matched_estimate`` uses the inputs' overall fractions (exact only when f is the same for
+    every run, see docs/archive.md)."""
     from smerge.datasets.archive import is_archive
-    from smerge.datasets.archive_read import fraction_for
 
     p = 1.0
     for name, path in named:
         if path is not None and is_archive(path):
-            f = result[f"{name}_sample_fraction"] = fraction_for(path)
+            f, used = used_fraction(path)
+            result[f"{name}_sample_fraction"] = f
             p *= f
-            if f < 1 and isinstance(result.get(f"{name}_records"), int):
+            if used is not None:
+                _auto_stats(result, f"{name}_", used)
+                if f < 1 and used.get("run_records") is not None:
+                    result[f"{name}_records_estimate"], result[f"{name}_records_estimate_95"] = \
+                        estimate_runs(used["run_records"], used["run_fractions"])
+            elif f < 1 and isinstance(result.get(f"{name}_records"), int):
                 result[f"{name}_records_estimate"], result[f"{name}_records_estimate_95"] = \
                     estimate(result[f"{name}_records"], f)
     if p < 1 and isinstance(result.get("matched"), int):
@@ -91,11 +159,75 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
 
 def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
     from smerge.datasets.archive import is_archive
-    from smerge.datasets.archive_read import fraction_for
 
     if any(is_archive(p) for p in inputs):
-        fractions = result["sample_fractions"] = [fraction_for(p) if is_archive(p) else None for p in inputs]
+        used = [used_fraction(p) if is_archive(p) else (None, None) for p in inputs]
+        fractions = result["sample_fractions"] = [f for f, _ in used]
+        autos = [u for _, u in used if u is not None]
+        if autos:
+            result["sample_mode"] = "auto"
+            result["sample_budget"] = autos[0].get("budget_seconds")
+            result["sample_run_fractions"] = [None if u is None else list(u.get("run_fractions", [])) for _, u in used]
         prod = math.prod(f for f in fractions if f is not None)
         if prod < 1 and isinstance(result.get("tuples"), int):  # a tuple survives with the product
             result["tuples_estimate"], result["tuples_estimate_95"] = estimate(result["tuples"], prod)
     return result
+
+
+class SampledCounts:
+    """``smerge count`` over a sampled archive: one ``ItemCounts`` per fraction the records were
+    read with (auto reads runs with different fractions; the reader sets ``current_fraction``
+    before each batch it yields), each count scaled by 1/f in ``table()`` (Horvitz-Thompson) and
+    marked not exact. With every record read (f = 1, or a file) it is the plain ``ItemCounts``."""
+
+    def __init__(self, make, counters: dict):
+        self._make, self._counters = make, counters
+        self._empty = make()  # checks the query's arguments before anything is read
+        self._by_fraction: dict[float, object] = {}
+
+    def fraction(self) -> float:
+        f = self._counters.get("current_fraction", self._counters.get("sample_fraction"))
+        return f if isinstance(f, float) else 1.0
+
+    def add_raw(self, items, times) -> None:
+        f = self.fraction()
+        if f not in self._by_fraction:
+            self._by_fraction[f] = self._make()
+        self._by_fraction[f].add_raw(items, times)
+
+    def table(self):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self._by_fraction:
+            return self._empty.table()
+        if list(self._by_fraction) == [1.0]:
+            return self._by_fraction[1.0].table()
+        parts = []
+        for f, counts in self._by_fraction.items():
+            t = counts.table()
+            parts.append(t.set_column(t.schema.get_field_index("count"), "count", pc.divide(t.column("count"), f))
+                         .set_column(t.schema.get_field_index("exact"), "exact",
+                                     pa.array([f >= 1.0] * t.num_rows, pa.bool_())))
+        t = pa.concat_tables(parts)
+        g = t.group_by(["start", "end", "item"]).aggregate([("count", "sum"), ("exact", "min")])
+        g = g.rename_columns(["start", "end", "item", "count", "exact"]).select(t.schema.names)
+        return g.sort_by([("start", "ascending"), ("item", "ascending")]).cast(t.schema)
+
+
+def count_sample_stats(stats: dict, source: str) -> dict:
+    """``smerge count``'s statistics for an archive source: ``sample_fraction`` and, below 1,
+    ``records_estimate`` with its 95% interval (auto: also the mode, budget and run fractions)."""
+    from smerge.datasets.archive import is_archive
+
+    if is_archive(source):
+        f, used = used_fraction(source)
+        stats["sample_fraction"] = f
+        if used is not None:
+            _auto_stats(stats, "", used)
+            if f < 1:
+                stats["records_estimate"], stats["records_estimate_95"] = \
+                    estimate_runs(used.get("run_records", []), used.get("run_fractions", []))
+        elif f < 1:
+            stats["records_estimate"], stats["records_estimate_95"] = estimate(stats["records_received"], f)
+    return stats

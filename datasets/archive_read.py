@@ -13,13 +13,19 @@ Memory: one run's chosen blocks at a time (at most R x B x f records, plus one b
 The fraction of an archive input comes from ``open_input(path, sample=f, sample_seed=s)``,
 else from ``request_sample(path, f)`` (what the CLI's ``--sample-a/-b`` set), else from the
 environment (``SMERGE_ARCHIVE_SAMPLE``, ``SMERGE_ARCHIVE_SEED``), else 1.
+
+``sample`` may also be a :class:`Budget` (CLI: ``--sample auto --budget SECONDS``; environment:
+``SMERGE_ARCHIVE_SAMPLE=auto`` with ``SMERGE_ARCHIVE_BUDGET``): the fraction is then chosen per
+run from the throughput measured so far (the r-UDF feedback of OSCAR), see :func:`auto_batches`.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from typing import Iterator, Sequence
+import time
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence, Union
 
 import numpy as np
 import pyarrow as pa
@@ -32,8 +38,35 @@ from smerge.errors import UsageError
 ARCHIVE_MAGIC = b"smerge-archive-folder\x00"  # what base.read_magic returns for an archive folder
 SAMPLE_ENV = "SMERGE_ARCHIVE_SAMPLE"
 SEED_ENV = "SMERGE_ARCHIVE_SEED"
+BUDGET_ENV = "SMERGE_ARCHIVE_BUDGET"
 DEFAULT_SAMPLE_SEED = 0
-_REQUESTED: dict[str, tuple[float, int | None]] = {}
+MAX_BUDGET = 365 * 86400.0
+PILOT_SHARE = 0.5  # the first run reads blocks for at most this share of its part of the budget
+
+
+@dataclass
+class Budget:
+    """``--sample auto --budget SECONDS``: the archive reads of one command should end ``seconds``
+    after ``start`` (``time.perf_counter()``; by default when the Budget is made). One Budget is
+    shared by every archive input of a command, so their reads aim at the same deadline."""
+
+    seconds: float
+    start: float = field(default_factory=time.perf_counter)
+
+    def __post_init__(self) -> None:
+        s = self.seconds
+        if not isinstance(s, (int, float)) or isinstance(s, bool) or not (0.0 < float(s) <= MAX_BUDGET):
+            raise UsageError(f"the budget is {s!r} seconds; give a number of seconds above 0 (at most {MAX_BUDGET:g})")
+        self.seconds = float(s)
+
+    @property
+    def deadline(self) -> float:
+        return self.start + self.seconds
+
+
+Sample = Union[float, Budget]
+_REQUESTED: dict[str, tuple[Sample, int | None]] = {}
+_USED: dict[str, dict] = {}  # realpath -> counters of the last read of that archive in this process
 
 
 def check_fraction(f: float, what: str = "the sampling fraction") -> float:
@@ -42,55 +75,80 @@ def check_fraction(f: float, what: str = "the sampling fraction") -> float:
     return float(f)
 
 
+def check_sample(sample: Sample, what: str = "the sampling fraction") -> Sample:
+    return sample if isinstance(sample, Budget) else check_fraction(sample, what)
+
+
 def parse_fraction(text: str, what: str) -> float:
     try:
         f = float(text)
     except ValueError:
-        raise UsageError(f"{what} is {text!r}; give a fraction in (0, 1], e.g. 0.25") from None
+        raise UsageError(f"{what} is {text!r}; give a fraction in (0, 1], e.g. 0.25, or auto with "
+                         "--budget SECONDS") from None
     return check_fraction(f, what)
 
 
-def request_sample(path: str, fraction: float, seed: int | None = None) -> None:
-    """Read the archive at ``path`` with ``fraction`` when it is opened later in this process."""
-    _REQUESTED[os.path.realpath(path)] = (check_fraction(fraction), seed)
+def parse_budget(text: str, what: str = "--budget") -> float:
+    try:
+        s = float(text)
+    except ValueError:
+        raise UsageError(f"{what} is {text!r}; give the seconds the archive reads may take, e.g. 30") from None
+    if not (0.0 < s <= MAX_BUDGET):
+        raise UsageError(f"{what} is {text!r}; give a number of seconds above 0 (at most {MAX_BUDGET:g})")
+    return s
+
+
+def request_sample(path: str, fraction: Sample, seed: int | None = None) -> None:
+    """Read the archive at ``path`` with ``fraction`` (or a :class:`Budget`) when it is opened later in this process."""
+    _REQUESTED[os.path.realpath(path)] = (check_sample(fraction), seed)
 
 
 def clear_requests() -> None:
     _REQUESTED.clear()
+    _USED.clear()
 
 
-def _resolve(path: str, sample: float | None, sample_seed: int | None) -> tuple[float, int]:
+def _env_sample() -> Sample | None:
+    text = os.environ.get(SAMPLE_ENV)
+    if not text:
+        return None
+    if text.strip().lower() == "auto":
+        b = os.environ.get(BUDGET_ENV)
+        if not b:
+            raise UsageError(f"${SAMPLE_ENV}=auto needs ${BUDGET_ENV} (seconds)")
+        return Budget(parse_budget(b, f"${BUDGET_ENV}"))
+    return parse_fraction(text, f"${SAMPLE_ENV}")
+
+
+def _resolve(path: str, sample: Sample | None, sample_seed: int | None) -> tuple[Sample, int]:
     req = _REQUESTED.get(os.path.realpath(path))
     if sample is None and req is not None:
         sample, sample_seed = req[0], sample_seed if sample_seed is not None else req[1]
-    if sample is None and os.environ.get(SAMPLE_ENV):
-        sample = parse_fraction(os.environ[SAMPLE_ENV], f"${SAMPLE_ENV}")
+    if sample is None:
+        sample = _env_sample()
     if sample_seed is None and os.environ.get(SEED_ENV):
         try:
             sample_seed = int(os.environ[SEED_ENV])
         except ValueError:
             raise UsageError(f"${SEED_ENV} is {os.environ[SEED_ENV]!r}; give an integer") from None
-    return check_fraction(1.0 if sample is None else sample), DEFAULT_SAMPLE_SEED if sample_seed is None else sample_seed
+    return check_sample(1.0 if sample is None else sample), DEFAULT_SAMPLE_SEED if sample_seed is None else sample_seed
 
 
-def fraction_for(path: str) -> float:
-    """The fraction an archive at ``path`` is read with when opened with no ``sample`` argument."""
+def fraction_for(path: str) -> Sample:
+    """The fraction (or Budget) an archive at ``path`` is read with when opened with no ``sample`` argument."""
     return _resolve(path, None, None)[0]
 
 
-def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
-               columns: list[str] | None, counters: dict) -> pa.Table | None:
-    """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""
-    run = man.runs[run_index]
-    blocks = run["blocks"]
-    r = len(blocks)
-    rng = np.random.default_rng([seed, run_index])
-    if fraction >= 1.0:
-        chosen, keep = range(r), 1.0
-    else:
-        k = max(1, math.ceil(r * fraction - 1e-9))
-        chosen, keep = sorted(rng.choice(r, size=k, replace=False).tolist()), min(1.0, fraction * r / k)
-    read_cols = None if columns is None else list(dict.fromkeys(list(columns) + [man.time]))
+def used_for(path: str) -> dict | None:
+    """The counters of the last read of the archive at ``path`` in this process (None: not read):
+    ``sample_fraction`` (auto: the expected share of the archive's records, sum f_i n_i / N),
+    ``run_fractions`` and ``run_records`` (per run read, auto only), ``blocks_read``, ..."""
+    return _USED.get(os.path.realpath(path))
+
+
+def _read_chosen(man: Manifest, run_index: int, chosen: Sequence[int], read_cols: list[str] | None,
+                 counters: dict, rng: np.random.Generator | None = None, keep: float = 1.0) -> list[pa.Table]:
+    blocks = man.runs[run_index]["blocks"]
     parts = []
     for i in chosen:
         t = read_block(man, blocks[i], read_cols)
@@ -100,6 +158,10 @@ def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
             t = t.filter(pa.array(rng.random(t.num_rows) < keep))
         if t.num_rows:
             parts.append(t)
+    return parts
+
+
+def _merge_run(man: Manifest, parts: list[pa.Table], columns: list[str] | None, counters: dict) -> pa.Table | None:
     if not parts:
         return None
     table = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
@@ -107,6 +169,24 @@ def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
         table = table.take(time_order(table.column(man.time)))  # stable: ties in block order
     counters["records_read"] = counters.get("records_read", 0) + table.num_rows
     return table if columns is None else table.select(columns)
+
+
+def _read_cols(man: Manifest, columns: list[str] | None) -> list[str] | None:
+    return None if columns is None else list(dict.fromkeys(list(columns) + [man.time]))
+
+
+def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
+               columns: list[str] | None, counters: dict) -> pa.Table | None:
+    """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""
+    r = len(man.runs[run_index]["blocks"])
+    rng = np.random.default_rng([seed, run_index])
+    if fraction >= 1.0:
+        chosen, keep = range(r), 1.0
+    else:
+        k = max(1, math.ceil(r * fraction - 1e-9))
+        chosen, keep = sorted(rng.choice(r, size=k, replace=False).tolist()), min(1.0, fraction * r / k)
+    parts = _read_chosen(man, run_index, chosen, _read_cols(man, columns), counters, rng, keep)
+    return _merge_run(man, parts, columns, counters)
 
 
 def sample_batches(man: Manifest, fraction: float, seed: int, *, columns: list[str] | None = None,
@@ -119,6 +199,103 @@ def sample_batches(man: Manifest, fraction: float, seed: int, *, columns: list[s
             yield from rebatch(table.combine_chunks().to_batches(), batch_rows)
 
 
+class _Plan:
+    """What is left to read of an archive, grouped by blocks per run, to predict the cost of
+    reading every remaining run with fraction k/R."""
+
+    def __init__(self, man: Manifest):
+        self.sizes = [(len(r["blocks"]), r["count"]) for r in man.runs]
+        self.left: dict[int, int] = {}
+        for r, n in self.sizes:
+            self.left[r] = self.left.get(r, 0) + n
+
+    def done(self, i: int) -> None:
+        r, n = self.sizes[i]
+        self.left[r] -= n
+
+    def records(self, f: float) -> float:
+        """Records in the blocks read if every remaining run is read at fraction f (ceil(R f) blocks)."""
+        return sum(n * max(1, math.ceil(r * f - 1e-9)) / r for r, n in self.left.items() if n)
+
+    def choose(self, r: int, seconds_per_record: float, seconds_left: float) -> int:
+        """The most blocks k of R for which reading the remaining runs at k/R fits the time left (at least 1)."""
+        lo, hi = 1, r
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.records(mid / r) * seconds_per_record <= seconds_left:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+
+def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str] | None = None,
+                 batch_rows: int = DEFAULT_BATCH_ROWS, counters: dict | None = None,
+                 clock=time.perf_counter) -> Iterator[pa.RecordBatch]:
+    """``--sample auto``: each run is read with fraction f_i = k_i / R_i, k_i of its R_i blocks
+    chosen at random (a random permutation's first k_i), every record of them kept.
+
+    k_i comes from the feedback of what was read so far (OSCAR's r-UDF): the seconds per record
+    read, measured from the first request for a record of this input to the start of run i
+    (reading, merging by time and whatever the consumer did with the records in between), times
+    the records the remaining runs would need at k/R, must fit the time left before the
+    budget's deadline; k_i is the largest such k, at least one block. The first run has no
+    measurement yet (the pilot): its blocks are read one by one in random order until the
+    seconds per record of those read predict that one more would pass ``PILOT_SHARE`` of the
+    run's share of the time left (its records over the archive's). k_i depends on timings only,
+    never on the records' values, so given k_i the run's sample is a uniform k_i-subset of its
+    blocks: each record is in it with probability f_i, which the statistics use (Horvitz-Thompson).
+
+    ``counters``: ``run_fractions`` and ``run_records`` (records delivered per run),
+    ``sample_fraction`` (expected share of the archive, sum f_i n_i / N), ``current_fraction``
+    (the fraction of the run the last yielded batch came from), ``read_seconds``.
+    """
+    counters = {} if counters is None else counters
+    fractions = counters.setdefault("run_fractions", [])
+    run_records = counters.setdefault("run_records", [])
+    plan = _Plan(man)
+    read_cols = _read_cols(man, columns)
+    total = man.count
+    expected = 0.0
+    t0 = None
+    read = 0  # records in the blocks read so far
+    for i, run in enumerate(man.runs):
+        now = clock()
+        t0 = now if t0 is None else t0
+        r = len(run["blocks"])
+        rng = np.random.default_rng([seed, i])
+        order = rng.permutation(r).tolist()
+        left = budget.deadline - now
+        if read:
+            k = plan.choose(r, (now - t0) / read, left)
+            parts = _read_chosen(man, i, sorted(order[:k]), read_cols, counters)
+        else:  # the pilot
+            remaining = sum(plan.left.values())
+            cap = PILOT_SHARE * max(0.0, left) * run["count"] / max(1, remaining)
+            pairs, k, t_read, n_read = [], 0, 0.0, 0
+            for b in order:
+                ts = clock()
+                pairs += [(b, t) for t in _read_chosen(man, i, [b], read_cols, counters)]
+                t_read += clock() - ts
+                n_read += run["blocks"][b]["count"]
+                k += 1
+                if k < r and t_read / n_read * (n_read + run["count"] / r) > cap:
+                    break
+            parts = [t for _, t in sorted(pairs, key=lambda bt: bt[0])]  # block order, as planned runs merge
+        read += sum(run["blocks"][b]["count"] for b in order[:k])
+        plan.done(i)
+        f = k / r
+        fractions.append(f)
+        expected += f * run["count"]
+        counters["sample_fraction"] = expected / total if total else 1.0
+        table = _merge_run(man, parts, columns, counters)
+        run_records.append(0 if table is None else table.num_rows)
+        counters["current_fraction"] = f
+        if table is not None:
+            yield from rebatch(table.combine_chunks().to_batches(), batch_rows)
+        counters["read_seconds"] = clock() - t0
+
+
 class ArchiveBackend:
     name = "archive"
     extensions: tuple[str, ...] = ()
@@ -127,16 +304,25 @@ class ArchiveBackend:
         return magic.startswith(ARCHIVE_MAGIC) or (bool(path) and is_archive(path))
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
-             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False, sample: float | None = None,
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False, sample: Sample | None = None,
              sample_seed: int | None = None) -> InputSource:
         fraction, seed = _resolve(path, sample, sample_seed)
         man = read_manifest(path)
         schema, columns, key_names = resolve_columns(path, man.schema, keys, variables)
+        auto = isinstance(fraction, Budget)
         counters: dict = {"sample_fraction": fraction, "sample_seed": seed}
-        whole = fraction >= 1.0
+        if auto:
+            counters.update(sample_fraction=None, sample_mode="auto", budget_seconds=fraction.seconds)
+        whole = not auto and fraction >= 1.0
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
-            it = sample_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
+            _USED[os.path.realpath(path)] = counters
+            if auto:
+                for k in ("run_fractions", "run_records", "blocks_read", "bytes_read", "records_read"):
+                    counters.pop(k, None)
+                it = auto_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
+            else:
+                it = sample_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
             yield from it if (start, stop) == (0, None) else sliced(it, start, stop, schema)
 
         # With f < 1 the sample's size is known only once read: no row count (like a server stream).
