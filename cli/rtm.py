@@ -15,7 +15,7 @@ from smerge.cli.common import choose_route, delta_exit, emit_stats, merge_summar
     progress_enabled, record_route, run_guarded, split_list, tqdm_progress
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: auto, see "
@@ -54,6 +54,7 @@ def rtm(
     nan_keys: NanOpt = "error",
     sample_a: SampleAOpt = None,
     sample_b: SampleBOpt = None,
+    budget: BudgetOpt = None,
     local: RTMLocalOpt = False,
     master: MasterOpt = None,
     partitions: RTMPartitionsOpt = None,
@@ -97,7 +98,7 @@ def rtm(
         spark_conf = parse_conf(conf)
         # B behind --server is not read by this run: A's size (and B's, when a file) decides.
         route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf)
-        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark)
+        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark, budget=budget)
         if route.spark:  # executors resolve relative paths from their own working folder
             job = with_absolute_paths(job)
         check_plot(plot, overwrite=overwrite, inputs=(a, b))

@@ -15,7 +15,7 @@ from smerge.cli.common import (choose_route, emit_stats, parse_conf, progress_en
                                split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import SampleOpt, apply_sample_all, wjoin_sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleOpt, apply_sample_all, wjoin_sample_stats  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 
@@ -73,6 +73,7 @@ def wjoin(
     plot: PlotOpt = None,
     json_: JsonOpt = False,
     sample: SampleOpt = None,
+    budget: BudgetOpt = None,
     local: Annotated[bool, typer.Option("--local", help="Run in-process, no JVM (default: auto, see --master).")] = False,
     master: MasterOpt = None,
     partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions for HW-join (hash of the equality key; default: Spark's default parallelism). NLW-join runs as one partition.")] = None,
@@ -105,7 +106,7 @@ def wjoin(
         )
         spark_conf = parse_conf(conf)
         route = choose_route(local=local, master=master, inputs=job.inputs, conf=spark_conf)
-        apply_sample_all(sample, inputs, spark=route.spark)
+        apply_sample_all(sample, inputs, spark=route.spark, budget=budget)
         if route.spark:  # executors resolve relative paths from their own working folder
             job = with_absolute_paths(job)
         check_plot(plot, overwrite=overwrite, inputs=inputs)
