@@ -43,6 +43,7 @@ import re
 import secrets
 import shutil
 from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Iterable, Iterator
 
@@ -321,7 +322,7 @@ def _write_manifest(directory: str, meta: dict) -> None:
     tmp = temp_name(target, "tmp")
     try:
         with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
+            f.write(json.dumps(meta))  # json.dumps without indent: the C encoder (json.dump is pure Python)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
@@ -656,11 +657,6 @@ class _RunFile:
             pos += c
         return out
 
-    def close(self) -> None:
-        self.f.flush()
-        os.fsync(self.f.fileno())
-        self.f.close()
-
 
 def _rts_run(rf: _RunFile, table: pa.Table, ids: np.ndarray, run_blocks: int, time: str) -> dict:
     """randomize-then-sort: one take puts the run in block order, each block in time order (stable)."""
@@ -803,17 +799,34 @@ def _write_aggregates(directory: str, table: pa.Table, time: str, specs: list[di
         name = f"{AGG_DIR}/{s['name']}/{run_id}.parquet"
         with open(os.path.join(directory, name), "xb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        _fsync_dir(folder)
         out.append({"name": s["name"], "file": name, "count": agg.num_rows, "bytes": data.size,
                     "sha256": hashlib.sha256(data).hexdigest()})
     return out
 
 
+def _fsync_file(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _commit(directory: str, meta: dict, run: dict) -> None:
+    """Make ``run`` part of the archive: fsync its files and their folders, then replace the manifest
+    (``meta``, which lists it) atomically. Runs in the append's commit thread, one run at a time, in order."""
+    files = {b["file"] for b in all_blocks(run)} | {a["file"] for a in run.get("aggregates", ())}
+    for name in sorted(files):
+        _fsync_file(os.path.join(directory, name))
+    for folder in sorted({os.path.dirname(name) for name in files}):
+        _fsync_dir(os.path.join(directory, folder))
+    _write_manifest(directory, meta)
+
+
 def _write_run(directory: str, table: pa.Table, meta: dict, params: AppendParams, run_id: str,
                rng: np.random.Generator, ids: np.ndarray | None, opts: dict) -> dict:
-    """Write one run's file (and aggregate files), fsynced, under names the manifest does not list yet."""
+    """Write one run's file (and aggregate files) under names the manifest does not list yet (not
+    fsynced here: ``_commit`` does it)."""
     runs = os.path.join(directory, RUNS_DIR)
     _make_dir(runs)
     rf = _RunFile(directory, run_id, meta["time"], opts)
@@ -822,8 +835,7 @@ def _write_run(directory: str, table: pa.Table, meta: dict, params: AppendParams
             entry = _eager_run(rf, table, rng, tuple(meta["copies"]), params.block_rows, meta["time"])
         else:
             entry = _rts_run(rf, table, ids, params.run_blocks, meta["time"])
-        rf.close()
-        _fsync_dir(runs)
+        rf.f.close()
         if meta.get("aggregates"):
             entry["aggregates"] = _write_aggregates(directory, table, meta["time"], meta["aggregates"], run_id)
     except BaseException:
@@ -914,9 +926,26 @@ def _append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch],
         pending_rows = 0
         run_max = params.run_blocks * params.block_rows if eager else params.run_blocks * (params.block_rows - 1) + 1
         seen = 0
+        # Run k's commit (fsyncs, manifest) runs in one background thread while run k + 1 is assigned,
+        # encoded and written: the fsyncs wait on the disk, not the CPU. Commits stay in run order and
+        # at most one is in flight (each waits for the one before).
+        committer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="smerge-archive-commit")
+        in_flight: list[Future] = []
+
+        def wait_commit() -> None:
+            nonlocal added_runs, added
+            while in_flight:
+                n_run = in_flight[0].result()
+                in_flight.pop(0)
+                added_runs += 1
+                added += n_run
+
+        def commit(snapshot: dict, run: dict) -> int:
+            _commit(directory, snapshot, run)
+            return run["count"]
 
         def flush(final: bool) -> None:
-            nonlocal pending, pending_rows, added_runs, added
+            nonlocal pending, pending_rows
             table = pa.Table.from_batches(pending, schema=schema)
             while table.num_rows and (final or table.num_rows >= run_max):
                 seed = int(seed_rng.integers(0, 2**63))
@@ -930,27 +959,33 @@ def _append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch],
                 run = {"id": run_id, "count": n, "seed": seed, "run_blocks": params.run_blocks,
                        "block_rows": params.block_rows, "t_min": min_time(entry["blocks"]),
                        "t_max": max_time(entry["blocks"]), **entry}
+                wait_commit()
                 meta["runs"].append(run)
                 meta["count"] += n
-                _write_manifest(directory, meta)
-                added_runs += 1
-                added += n
+                in_flight.append(committer.submit(commit, dict(meta, runs=list(meta["runs"])), run))
                 table = table.slice(n)
             pending = table.combine_chunks().to_batches() if table.num_rows else []
             pending_rows = table.num_rows
 
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            if batch.schema != schema:
-                batch = pa.RecordBatch.from_arrays([batch.column(c) for c in schema.names], schema=schema)
-            _check_times(source_path, pa.Table.from_batches([batch]), params.time, seen)
-            seen += batch.num_rows
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows >= run_max:
-                flush(False)
-        flush(True)
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if batch.schema != schema:
+                    batch = pa.RecordBatch.from_arrays([batch.column(c) for c in schema.names], schema=schema)
+                _check_times(source_path, pa.Table.from_batches([batch]), params.time, seen)
+                seen += batch.num_rows
+                pending.append(batch)
+                pending_rows += batch.num_rows
+                if pending_rows >= run_max:
+                    flush(False)
+            flush(True)
+            wait_commit()
+        finally:
+            committer.shutdown(wait=True)  # a run being committed is committed whole (or not at all)
+            for f in in_flight:
+                if f.done() and f.exception() is None:
+                    added_runs, added = added_runs + 1, added + f.result()
         if man is None and not added_runs:
             _write_manifest(directory, meta)  # an empty source: an empty archive, with its schema
     return {"archive": directory, "source": source_path, "layout": meta["layout"], "runs_added": added_runs,
