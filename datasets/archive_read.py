@@ -42,6 +42,7 @@ BUDGET_ENV = "SMERGE_ARCHIVE_BUDGET"
 DEFAULT_SAMPLE_SEED = 0
 MAX_BUDGET = 365 * 86400.0
 PILOT_SHARE = 0.5  # the first run reads blocks for at most this share of its part of the budget
+RECENT_WEIGHT = 0.5  # weight of the last run in the recent seconds per record
 
 
 @dataclass
@@ -236,8 +237,9 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     chosen at random (a random permutation's first k_i), every record of them kept.
 
     k_i comes from the feedback of what was read so far (OSCAR's r-UDF): the seconds per record
-    read, measured from the first request for a record of this input to the start of run i
-    (reading, merging by time and whatever the consumer did with the records in between), times
+    read (reading, merging by time and whatever the consumer did with the records in between),
+    the larger of its average since the first request for a record of this input and its
+    exponentially weighted average over the last runs (a load that arrives is seen at once), times
     the records the remaining runs would need at k/R, must fit the time left before the
     budget's deadline; k_i is the largest such k, at least one block. The first run has no
     measurement yet (the pilot): its blocks are read one by one in random order until the
@@ -257,17 +259,21 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     read_cols = _read_cols(man, columns)
     total = man.count
     expected = 0.0
-    t0 = None
-    read = 0  # records in the blocks read so far
+    t0 = t_prev = None
+    read = read_prev = 0  # records in the blocks read so far, and by the previous run
+    recent = None  # seconds per record of the last runs (exponentially weighted)
     for i, run in enumerate(man.runs):
         now = clock()
         t0 = now if t0 is None else t0
+        if read_prev:
+            rate = (now - t_prev) / read_prev
+            recent = rate if recent is None else RECENT_WEIGHT * rate + (1 - RECENT_WEIGHT) * recent
         r = len(run["blocks"])
         rng = np.random.default_rng([seed, i])
         order = rng.permutation(r).tolist()
         left = budget.deadline - now
-        if read:
-            k = plan.choose(r, (now - t0) / read, left)
+        if read:  # the slower of the average so far and the recent runs: a load that arrives is seen at once
+            k = plan.choose(r, max((now - t0) / read, recent or 0.0), left)
             parts = _read_chosen(man, i, sorted(order[:k]), read_cols, counters)
         else:  # the pilot
             remaining = sum(plan.left.values())
@@ -282,7 +288,9 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
                 if k < r and t_read / n_read * (n_read + run["count"] / r) > cap:
                     break
             parts = [t for _, t in sorted(pairs, key=lambda bt: bt[0])]  # block order, as planned runs merge
-        read += sum(run["blocks"][b]["count"] for b in order[:k])
+        read_prev = sum(run["blocks"][b]["count"] for b in order[:k])
+        read += read_prev
+        t_prev = now
         plan.done(i)
         f = k / r
         fractions.append(f)
