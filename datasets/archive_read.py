@@ -30,7 +30,8 @@ from typing import Iterator, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.archive import Manifest, is_archive, read_block, read_manifest, time_order
+from smerge.datasets.archive import (EAGER, Manifest, blocks_for_fraction, eager_fractions, is_archive, read_block,
+                                     read_manifest, time_order)
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import UsageError
@@ -147,14 +148,13 @@ def used_for(path: str) -> dict | None:
     return _USED.get(os.path.realpath(path))
 
 
-def _read_chosen(man: Manifest, run_index: int, chosen: Sequence[int], read_cols: list[str] | None,
+def _read_chosen(man: Manifest, blocks: Sequence[dict], read_cols: list[str] | None,
                  counters: dict, rng: np.random.Generator | None = None, keep: float = 1.0) -> list[pa.Table]:
-    blocks = man.runs[run_index]["blocks"]
     parts = []
-    for i in chosen:
-        t = read_block(man, blocks[i], read_cols)
+    for block in blocks:
+        t = read_block(man, block, read_cols)
         counters["blocks_read"] = counters.get("blocks_read", 0) + 1
-        counters["bytes_read"] = counters.get("bytes_read", 0) + blocks[i]["bytes"]
+        counters["bytes_read"] = counters.get("bytes_read", 0) + block["bytes"]
         if keep < 1.0:
             t = t.filter(pa.array(rng.random(t.num_rows) < keep))
         if t.num_rows:
@@ -179,14 +179,10 @@ def _read_cols(man: Manifest, columns: list[str] | None) -> list[str] | None:
 def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
                columns: list[str] | None, counters: dict) -> pa.Table | None:
     """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""
-    r = len(man.runs[run_index]["blocks"])
     rng = np.random.default_rng([seed, run_index])
-    if fraction >= 1.0:
-        chosen, keep = range(r), 1.0
-    else:
-        k = max(1, math.ceil(r * fraction - 1e-9))
-        chosen, keep = sorted(rng.choice(r, size=k, replace=False).tolist()), min(1.0, fraction * r / k)
-    parts = _read_chosen(man, run_index, chosen, _read_cols(man, columns), counters, rng, keep)
+    blocks, represented = blocks_for_fraction(man, run_index, fraction, rng)
+    keep = min(1.0, fraction / represented)  # randomize-then-sort: f R / ceil(R f); eager: f / the copy's
+    parts = _read_chosen(man, blocks, _read_cols(man, columns), counters, rng, keep)
     return _merge_run(man, parts, columns, counters)
 
 
@@ -218,6 +214,11 @@ class _Plan:
         """Records in the blocks read if every remaining run is read at fraction f (ceil(R f) blocks)."""
         return sum(n * max(1, math.ceil(r * f - 1e-9)) / r for r, n in self.left.items() if n)
 
+    def choose_copy(self, fractions: list[float], seconds_per_record: float, seconds_left: float) -> float:
+        """eager: the largest of the copies' fractions (ascending) whose read of the remaining runs fits (at least the smallest)."""
+        fit = [f for f in fractions if f * sum(self.left.values()) * seconds_per_record <= seconds_left]
+        return fit[-1] if fit else fractions[0]
+
     def choose(self, r: int, seconds_per_record: float, seconds_left: float) -> int:
         """The most blocks k of R for which reading the remaining runs at k/R fits the time left (at least 1)."""
         lo, hi = 1, r
@@ -248,6 +249,11 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     never on the records' values, so given k_i the run's sample is a uniform k_i-subset of its
     blocks: each record is in it with probability f_i, which the statistics use (Horvitz-Thompson).
 
+    Eager archives: f_i is one of the copies' fractions (``eager_fractions``: 1 - level, and 1),
+    the largest whose read of the remaining runs fits, and run i is read from that copy whole;
+    the pilot reads the smallest copy (a copy's blocks are in time order, so reading some of
+    them would not be a sample).
+
     ``counters``: ``run_fractions`` and ``run_records`` (records delivered per run),
     ``sample_fraction`` (expected share of the archive, sum f_i n_i / N), ``current_fraction``
     (the fraction of the run the last yielded batch came from), ``read_seconds``.
@@ -256,6 +262,8 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     fractions = counters.setdefault("run_fractions", [])
     run_records = counters.setdefault("run_records", [])
     plan = _Plan(man)
+    eager = man.layout == EAGER
+    copies = eager_fractions(man)
     read_cols = _read_cols(man, columns)
     total = man.count
     expected = 0.0
@@ -270,29 +278,39 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
             recent = rate if recent is None else RECENT_WEIGHT * rate + (1 - RECENT_WEIGHT) * recent
         r = len(run["blocks"])
         rng = np.random.default_rng([seed, i])
-        order = rng.permutation(r).tolist()
+        order = [] if eager else rng.permutation(r).tolist()
         left = budget.deadline - now
         if read:  # the slower of the average so far and the recent runs: a load that arrives is seen at once
-            k = plan.choose(r, max((now - t0) / read, recent or 0.0), left)
-            parts = _read_chosen(man, i, sorted(order[:k]), read_cols, counters)
+            rate = max((now - t0) / read, recent or 0.0)
+            if eager:
+                f = plan.choose_copy(copies, rate, left)
+                blocks = blocks_for_fraction(man, i, f)[0]
+            else:
+                k = plan.choose(r, rate, left)
+                f, blocks = k / r, [run["blocks"][b] for b in sorted(order[:k])]
+            parts = _read_chosen(man, blocks, read_cols, counters)
+        elif eager:  # the pilot: the smallest copy (eager copies are in time order: no prefix of one is a sample)
+            f = copies[0]
+            blocks = blocks_for_fraction(man, i, f)[0]
+            parts = _read_chosen(man, blocks, read_cols, counters)
         else:  # the pilot
             remaining = sum(plan.left.values())
             cap = PILOT_SHARE * max(0.0, left) * run["count"] / max(1, remaining)
             pairs, k, t_read, n_read = [], 0, 0.0, 0
             for b in order:
                 ts = clock()
-                pairs += [(b, t) for t in _read_chosen(man, i, [b], read_cols, counters)]
+                pairs += [(b, t) for t in _read_chosen(man, [run["blocks"][b]], read_cols, counters)]
                 t_read += clock() - ts
                 n_read += run["blocks"][b]["count"]
                 k += 1
                 if k < r and t_read / n_read * (n_read + run["count"] / r) > cap:
                     break
             parts = [t for _, t in sorted(pairs, key=lambda bt: bt[0])]  # block order, as planned runs merge
-        read_prev = sum(run["blocks"][b]["count"] for b in order[:k])
+            f, blocks = k / r, [run["blocks"][b] for b in order[:k]]
+        read_prev = sum(b["count"] for b in blocks)
         read += read_prev
         t_prev = now
         plan.done(i)
-        f = k / r
         fractions.append(f)
         expected += f * run["count"]
         counters["sample_fraction"] = expected / total if total else 1.0

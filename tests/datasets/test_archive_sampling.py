@@ -280,3 +280,41 @@ def test_fraction_one_returns_every_record_exactly_once(tmp_path):
         src = open_input(arch, sample=sample)
         ids = np.concatenate([b.column("id").to_numpy() for b in src.batches()])
         assert len(ids) == 12_345 and np.array_equal(np.sort(ids), np.arange(12_345))
+
+
+# --------------------------------------------------------------------------------------------
+# Eager archives (copies at fixed reduction levels)
+
+
+def make_eager(tmp_path, n=20_000):
+    table = pa.table({"t": np.arange(n, dtype=np.int64), "id": np.arange(n, dtype=np.int64)})
+    pq.write_table(table, tmp_path / "e.parquet")
+    src = open_input(str(tmp_path / "e.parquet"))
+    arch = str(tmp_path / "eager")
+    append(arch, str(tmp_path / "e.parquet"), src.batches(), src.schema,
+           AppendParams(time="t", run_blocks=8, block_rows=250, seed=2, copies=(0.2, 0.4, 0.6, 0.8)))
+    return read_manifest(arch)
+
+
+def test_eager_fixed_fraction_reads_the_smallest_copy_keeping_f(tmp_path):
+    man = make_eager(tmp_path)
+    full_bytes = sum(b["bytes"] for r in man.runs for b in r["blocks"])
+    for f, copy in ((0.15, 0.2), (0.5, 0.6), (1.0, 1.0)):
+        counters: dict = {}
+        ids = np.concatenate([b.column("id").to_numpy() for b in sample_batches(man, f, 1, counters=counters)])
+        assert len(set(ids.tolist())) == len(ids)  # no record twice
+        assert abs(len(ids) / man.count - f) < 4 * np.sqrt(f * (1 - f) / man.count) + 1e-9, (f, len(ids))
+        assert counters["bytes_read"] <= 1.1 * copy * full_bytes + 2_000 * len(man.runs)  # the copy's I/O, not the primary's
+
+
+def test_eager_auto_picks_copies_within_the_budget(tmp_path):
+    man = make_eager(tmp_path)
+    full = sum(len(r["blocks"]) for r in man.runs) * 0.01  # the primary copy read whole
+    got, counters, end = read_auto(man, full / 4, per_block=0.01)
+    assert {round(f, 9) for f in counters["run_fractions"]} <= {0.2, 0.4, 0.6, 0.8, 1.0}
+    assert counters["run_fractions"][0] == pytest.approx(0.2)  # the pilot: the smallest copy
+    _, more, end_more = read_auto(man, full * 0.7, per_block=0.01)
+    assert max(more["run_fractions"]) >= 0.6 and end_more <= 1.2 * full * 0.7  # more time: larger copies
+    assert end <= 1.2 * full / 4, (end, full)
+    assert counters["run_records"] == [int(np.sum((got.column("t").to_numpy() >= r_lo) & (got.column("t").to_numpy() <= r_hi)))
+                                       for r_lo, r_hi in ((r["t_min"], r["t_max"]) for r in man.runs)]
