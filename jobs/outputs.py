@@ -4,6 +4,7 @@ process and on Spark)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -104,6 +105,18 @@ def abort_outputs(outputs) -> None:
             w.abort()
 
 
+@contextlib.contextmanager
+def committed(outputs):
+    """Commit every atomic writer of ``outputs`` (None entries are skipped) when the block ends,
+    or abort them all when it raises (Ctrl-C and SIGTERM included): no half-written output."""
+    try:
+        yield
+        commit_outputs(outputs)
+    except BaseException:
+        abort_outputs(outputs)
+        raise
+
+
 def write_stats(path: str, stats: dict) -> None:
     """Write the statistics JSON atomically (owner-tagged temporary file, umask modes)."""
     tmp = make_temp_file(path)
@@ -119,4 +132,4 @@ def write_stats(path: str, stats: dict) -> None:
 
 
 __all__ = ["default_output", "check_outputs", "check_run_outputs", "check_distinct_paths", "open_outputs",
-           "commit_outputs", "abort_outputs", "write_stats"]
+           "commit_outputs", "abort_outputs", "committed", "write_stats"]

@@ -17,18 +17,11 @@ import pyarrow as pa
 from smerge.datasets.outputs import mark_dataset, replace_dir
 from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import OutputError
-from smerge.jobs import PreparedMerge, open_outputs
+from smerge.jobs.inputs import PreparedMerge
+from smerge.jobs.outputs import committed, open_outputs
 from smerge.spark.parquet import ParquetConcatError, concat_parquet
-from smerge.spark.tasks import MergePlan, _PartWriter, part_path, read_ipc_bytes
-
-
-def _read_part(path: str):
-    if not os.path.exists(path):
-        return
-    with pa.memory_map(path) as src:
-        reader = pa.ipc.open_file(src)
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
+from smerge.spark.parts import PartWriter, read_part
+from smerge.spark.tasks import MergePlan, part_path, read_ipc_bytes
 
 
 def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:
@@ -40,24 +33,23 @@ def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:
 def assemble_outputs(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
     """Write the final outputs atomically from the part files and the kept seam pairs."""
     out, un_a, un_b = open_outputs(prep)
-    writers = [w for w in (out, un_a, un_b) if w is not None]
-    try:
+    with committed((out, un_a, un_b)):
         for r in results:
-            for b in _read_part(part_path(plan.staging, "pairs", r["p"])):
+            for b in read_part(part_path(plan.staging, "pairs", r["p"])):
                 out.write(_conform(b, out.schema))
         if seam["pairs"] is not None:
             for b in seam["pairs"].to_batches():
                 out.write(_conform(b, out.schema))
         if un_a is not None:
             for r in results:
-                for b in _read_part(part_path(plan.staging, "ua", r["p"])):
+                for b in read_part(part_path(plan.staging, "ua", r["p"])):
                     un_a.write(_conform(b, un_a.schema))
             if seam["dropped_a"] is not None:
                 for b in seam["dropped_a"].to_batches():
                     un_a.write(_conform(b, un_a.schema))
         if un_b is not None:
             for r in results:
-                for b in _read_part(part_path(plan.staging, "ub", r["p"])):
+                for b in read_part(part_path(plan.staging, "ub", r["p"])):
                     un_b.write(_conform(b, un_b.schema))
             kept_b = seam["kept_b"]
             for r in results:
@@ -68,12 +60,6 @@ def assemble_outputs(prep: PreparedMerge, plan: MergePlan, results: list[dict], 
                 t = t.filter(pa.array(~np.isin(rows, kept_b)))
                 for b in t.to_batches():
                     un_b.write(_conform(b, un_b.schema))
-        for w in writers:
-            w.commit()
-    except BaseException:
-        for w in writers:
-            w.abort()
-        raise
 
 
 def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
@@ -91,7 +77,7 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
         tables = [t for t in tables if t is not None and t.num_rows]
         if not tables:
             return
-        w = _PartWriter(part_path(plan.staging, kind, P, "parquet"), schema, "parquet")
+        w = PartWriter(part_path(plan.staging, kind, P, "parquet"), schema, "parquet")
         try:
             for t in tables:
                 for b in t.to_batches():

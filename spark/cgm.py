@@ -20,22 +20,20 @@ formats are written from the Arrow parts; the staging directory is removed also 
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.outputs import make_staging
 from smerge.datasets.writers import DATASET_FORMAT
-from smerge.errors import InputError, OutputError, UsageError
+from smerge.errors import InputError, UsageError
 from smerge.jobs import PreparedMerge, masked_stats, write_stats
 from smerge.merge import MergeStats
 from smerge.spark.actions import arrow_batches, run_job, session_conf, spark_action
 from smerge.spark.assemble import assemble_outputs, finish_parquet
 from smerge.spark.plan import explicit_bounds, plan_frames, plan_slabs, side_spec
-from smerge.spark.runner import run_in_session
+from smerge.spark.runner import SparkRun, run_on_spark
 from smerge.spark.seams import raise_partition_errors, report_kappas, resolve_seams
 from smerge.spark.session import DEFAULT_MASTER
 from smerge.spark.tasks import PART_KINDS, MergePlan, run_partition
@@ -52,18 +50,20 @@ def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int 
     ``master`` and stopped at the end. ``partitions``: P, the number of key ranges (default:
     Spark's default parallelism). Settings ``smerge.*`` in ``conf`` are smerge's own (docs/spark.md).
     """
-    def body(spark, own: dict, session_seconds: float, t0: float) -> dict:
+    def body(run: SparkRun) -> dict:
+        spark = run.spark
         p = prep if isinstance(prep, PreparedMerge) else prepare_frames(prep, spark)
         if not _frame_sources(p):
-            return _run(p, spark, partitions, own, progress, session_seconds)
+            return _run(p, run, partitions)
         # Row ids of inputs read by Spark come from its file splits: keep their layout fixed
         # for the whole run (it depends on the default parallelism, which grows as executors
         # register on a cluster).
         pin = spark.conf.get("spark.sql.files.minPartitionNum", None) or str(max(1, spark.sparkContext.defaultParallelism))
         with session_conf(spark, {"spark.sql.files.minPartitionNum": pin}):
-            return _run(p, spark, partitions, own, progress, session_seconds)
+            return _run(p, run, partitions)
 
-    return run_in_session(body, master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark)
+    return run_on_spark(body, master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark,
+                        progress=progress)
 
 
 def prepare_frames(job, spark) -> PreparedMerge:
@@ -147,9 +147,9 @@ def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> floa
     return rows[0].k if rows else 1.0
 
 
-def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress, session_seconds: float) -> dict:
+def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
     t0 = time.perf_counter()
-    sc = spark.sparkContext
+    spark, sc, own, progress = run.spark, run.sc, run.own, run.progress
     job = prep.job
     specs = {"a": side_spec(prep, "a"), "b": side_spec(prep, "b")}
     eps1 = float(prep.params.eps[0])
@@ -176,39 +176,30 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
         if prep.params.with_ids:
             una_schema = una_schema.append(pa.field("a_row", pa.int64()))
             unb_schema = unb_schema.append(pa.field("b_row", pa.int64()))
-    staging = make_staging(prep.output, "spark")  # owner-tagged (leftovers of killed runs are swept), umask modes
-    try:  # from here on the staging folder is removed whatever happens (SIGTERM/Ctrl-C included)
-        try:
-            for kind in PART_KINDS:
-                os.makedirs(os.path.join(staging, kind))
-        except OSError as e:
-            raise OutputError(f"cannot create the staging directory {staging!r} ({e.strerror}); choose another -o") \
-                from None
-        plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
-                         eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
-                         want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
-                         part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
-                         una_schema=una_schema, unb_schema=unb_schema,
-                         prefetch=task_threads,
-                         kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
-        t1 = time.perf_counter()
-        if frames:
-            results = _merge_frames(spark, plan, frames, scans, progress)
-        else:
-            results = run_job(sc, lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
-                              P, progress, "merge partitions")
-        job_seconds = time.perf_counter() - t1
-        results.sort(key=lambda r: r["p"])
-        raise_partition_errors(results)
-        t2 = time.perf_counter()
-        seam = resolve_seams(prep, results)
-        if part_format == "parquet":
-            finish_parquet(prep, plan, results, seam)
-        else:
-            assemble_outputs(prep, plan, results, seam)
-        assemble_seconds = time.perf_counter() - t2
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    staging = run.staging(prep.output, "spark", PART_KINDS)  # removed at the end, whatever ends the run
+    plan = MergePlan(a=specs["a"], b=specs["b"], params=replace(prep.params, with_ids=True), bounds=bounds,
+                     eps1=eps1, runs_a=runs_a, runs_b=runs_b, staging=staging,
+                     want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
+                     part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
+                     una_schema=una_schema, unb_schema=unb_schema,
+                     prefetch=task_threads,
+                     kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
+    t1 = time.perf_counter()
+    if frames:
+        results = _merge_frames(spark, plan, frames, scans, progress)
+    else:
+        results = run.collect(lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
+                              P, "merge partitions")
+    job_seconds = time.perf_counter() - t1
+    results.sort(key=lambda r: r["p"])
+    raise_partition_errors(results)
+    t2 = time.perf_counter()
+    seam = resolve_seams(prep, results)
+    if part_format == "parquet":
+        finish_parquet(prep, plan, results, seam)
+    else:
+        assemble_outputs(prep, plan, results, seam)
+    assemble_seconds = time.perf_counter() - t2
 
     stats = MergeStats("cgm")
     stats.params = prep.params.as_dict()
@@ -237,9 +228,9 @@ def _run(prep: PreparedMerge, spark, partitions: int | None, own: dict, progress
     stats.total_seconds = time.perf_counter() - t0
     stats.extra.update({
         **masked_stats(prep, read_here=False),
-        "execution": "spark", "master": sc.master, "partitions": P, "bounds": list(bounds),
+        **run.stats(), "partitions": P, "bounds": list(bounds),
         "plan": plan_how, "part_format": part_format, "task_threads": plan.prefetch,
-        "session_start_seconds": session_seconds, "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
+        "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
         "task_seconds": [r.get("task_seconds", 0.0) for r in results],
         "b_shared": sum(r["b_shared_owned"] for r in results),

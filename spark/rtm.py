@@ -27,29 +27,27 @@ same statistics dict as ``smerge.jobs.rtm.run_rtm``; the output files are exactl
   partition), streams B's unmatched records from the server, and combines the statistics
   (report windows close at N records of A, so the partitions' kappas concatenated are the
   in-process kappas). ``--kappa-max`` is computed on the driver as ``--local`` does.
-  The staging directory is removed at the end, also on failure.
+  The staging directory is removed at the end, also on failure, Ctrl-C or SIGTERM (``smerge.spark.runner``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, OutputError, SmergeError, UsageError
-from smerge.datasets.outputs import make_staging
-from smerge.jobs import abort_outputs, commit_outputs, masked_stats, open_outputs, write_stats
+from smerge.errors import SmergeError
+from smerge.jobs.inputs import masked_stats
+from smerge.jobs.outputs import committed, open_outputs, write_stats
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
-
-_ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputError)}
-
+from smerge.spark.actions import raise_task_error
+from smerge.spark.parts import PartWriter, read_part
+from smerge.spark.runner import SparkRun, run_on_spark
 
 @dataclass(frozen=True)
 class RTMSparkPlan:
@@ -95,37 +93,6 @@ def _part(staging: str, kind: str, p: int) -> str:
     return os.path.join(staging, f"{kind}-{p:05d}.arrow")
 
 
-class _IPCWriter:
-    """An Arrow IPC file written under a temporary name, renamed on close (task retries overwrite)."""
-
-    def __init__(self, path: str, schema: pa.Schema):
-        self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        self._sink = pa.OSFile(self.tmp, "wb")
-        self._w = pa.ipc.new_file(self._sink, schema)
-
-    def write(self, b) -> None:
-        self._w.write(b)
-
-    def close(self) -> None:
-        self._w.close()
-        self._sink.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self._w.close()
-            self._sink.close()
-        with contextlib.suppress(OSError):
-            os.remove(self.tmp)
-
-
-def _read_ipc(path: str):
-    with pa.memory_map(path) as src:
-        r = pa.ipc.open_file(src)
-        for k in range(r.num_record_batches):
-            yield r.get_batch(k)
-
-
 # ---- executor side ---------------------------------------------------------------------------
 
 def rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
@@ -153,10 +120,10 @@ def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
     params = plan.params
     stats = MergeStats("rtm")
     b_paired = np.zeros(plan.b_records, dtype=np.bool_)
-    out = _IPCWriter(_part(plan.staging, "pairs", p), pair_schema(plan.schema_a, plan.schema_b,
+    out = PartWriter(_part(plan.staging, "pairs", p), pair_schema(plan.schema_a, plan.schema_b,
                                                                   with_ids=params.with_ids))
     un_schema = plan.schema_a.append(pa.field("a_row", pa.int64())) if params.with_ids else plan.schema_a
-    un = _IPCWriter(_part(plan.staging, "una", p), un_schema) if plan.unmatched_a else None
+    un = PartWriter(_part(plan.staging, "una", p), un_schema) if plan.unmatched_a else None
     a_it = Prefetcher(src.batches(start, stop), 4, "smerge-read-a")
     write_seconds = 0.0
     try:
@@ -193,12 +160,6 @@ def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
 
 # ---- driver side -----------------------------------------------------------------------------
 
-def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    from smerge.spark.actions import run_job  # job group + progress bar, shared by the Spark adapters
-
-    return run_job(sc, rdd_fn, total, progress, label)
-
-
 def _kappa_max(prep, client) -> float:
     """kappa_max exactly as ``--local`` computes it: all of A's valid keys against all of B's."""
     from smerge.merge.cgm import kappa_max_pairs
@@ -226,19 +187,14 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
     (``local[*]`` by default, or the one spark-submit configured) and stopped at the end.
     ``partitions``: P (default: Spark's default parallelism), reduced by the boundary rule.
     """
-    from smerge.spark.runner import run_in_session
-
-    return run_in_session(lambda spark, _own, session_seconds, t0: _run(prep, spark, partitions, progress,
-                                                                      session_seconds, t0),
-                          master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark,
-                          app_name="smerge rtm")
+    return run_on_spark(lambda run: _run(prep, run, partitions), master=master, partitions=partitions, conf=conf,
+                        verbose=verbose, spark=spark, progress=progress, app_name="smerge rtm")
 
 
-def _run(prep, spark, partitions, progress, session_seconds: float, t_start: float) -> dict:
+def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     from smerge.transport.flight_client import IndexClient
     from smerge.transport.flight_server import read_token_file
 
-    sc = spark.sparkContext
     job = prep.job
     params: RTMParams = prep.params
     client = prep.extra.get("client")
@@ -264,8 +220,7 @@ def _run(prep, spark, partitions, progress, session_seconds: float, t_start: flo
             if job.tls_root_cert:
                 with open(job.tls_root_cert, "rb") as f:
                     certs = f.read()
-        return _run_with_server(prep, sc, partitions, progress, client, url, token, certs, server, build_seconds,
-                                session_seconds, t_start)
+        return _run_with_server(prep, run, partitions, client, url, token, certs, server, build_seconds)
     finally:
         if client is not None:
             client.close()
@@ -273,10 +228,10 @@ def _run(prep, spark, partitions, progress, session_seconds: float, t_start: flo
             server.shutdown()
 
 
-def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, server, build_seconds,
-                     session_seconds, t_start) -> dict:
+def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs, server, build_seconds) -> dict:
     from smerge.jobs.rtm import unmatched_b
 
+    sc = run.sc
     job = prep.job
     params: RTMParams = prep.params
     src_a = prep.src_a
@@ -284,47 +239,38 @@ def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, 
     P = partitions or max(1, sc.defaultParallelism)
     ranges = plan_ranges(src_a.num_rows, src_a.inner_size, params.window_size, P)
     a_path = src_a.path if "://" in src_a.path else os.path.abspath(src_a.path)
-    staging = make_staging(prep.output, "rtm")  # owner-tagged (leftovers of killed runs are swept), umask modes
+    staging = run.staging(prep.output, "rtm")
     plan = RTMSparkPlan(a_path=a_path, source_a=job.a, keys_a=tuple(src_a.keys),
                         vars_a=tuple(job.vars_a) if job.vars_a else None, batch_rows=job.batch_rows,
                         schema_a=src_a.schema, schema_b=prep.src_b.schema, b_records=b_records, params=params,
                         url=url, token=token, tls_root_certs=certs, ranges=tuple(ranges), staging=staging,
                         unmatched_a=bool(prep.unmatched_paths))
-    try:
-        t1 = time.perf_counter()
-        results = _collect(sc, lambda: sc.parallelize(range(len(ranges)), len(ranges))
-                           .map(lambda p: rtm_partition(plan, p)).collect(), len(ranges), progress,
-                           "A partitions")
-        job_seconds = time.perf_counter() - t1
-        results.sort(key=lambda r: r["p"])
+    t1 = time.perf_counter()
+    results = run.collect(lambda: sc.parallelize(range(len(ranges)), len(ranges))
+                          .map(lambda p: rtm_partition(plan, p)).collect(), len(ranges), "A partitions")
+    job_seconds = time.perf_counter() - t1
+    results.sort(key=lambda r: r["p"])
+    for r in results:
+        if "error" in r:
+            raise_task_error(r["error"])
+    paired = np.zeros(b_records, dtype=np.bool_)
+    for r in results:
+        paired |= np.unpackbits(np.frombuffer(r["paired"], np.uint8), count=b_records).astype(np.bool_)
+    kappa_max = _kappa_max(prep, client) if job.kappa_max else None
+    t2 = time.perf_counter()
+    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    out, un_a, un_b = open_outputs(prep)
+    with committed((out, un_a, un_b)):
         for r in results:
-            if "error" in r:
-                name, msg = r["error"]
-                raise (InputError if name == "KeyNaNError" else _ERRORS.get(name, SmergeError))(msg)
-        paired = np.zeros(b_records, dtype=np.bool_)
-        for r in results:
-            paired |= np.unpackbits(np.frombuffer(r["paired"], np.uint8), count=b_records).astype(np.bool_)
-        kappa_max = _kappa_max(prep, client) if job.kappa_max else None
-        t2 = time.perf_counter()
-        drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
-        out, un_a, un_b = open_outputs(prep)
-        try:
-            for r in results:
-                for b in _read_ipc(_part(staging, "pairs", r["p"])):
-                    out.write(b.drop_columns(["a_row", "b_row"]) if drop_ids else b)
-                if un_a is not None:
-                    for b in _read_ipc(_part(staging, "una", r["p"])):
-                        un_a.write(b)
-            if un_b is not None:
-                for sel in unmatched_b(client, prep.src_b.schema.names, paired, with_ids=params.with_ids):
-                    un_b.write(sel)
-            commit_outputs((out, un_a, un_b))
-        except BaseException:
-            abort_outputs((out, un_a, un_b))
-            raise
-        assemble_seconds = time.perf_counter() - t2
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+            for b in read_part(_part(staging, "pairs", r["p"])):
+                out.write(b.drop_columns(["a_row", "b_row"]) if drop_ids else b)
+            if un_a is not None:
+                for b in read_part(_part(staging, "una", r["p"])):
+                    un_a.write(b)
+        if un_b is not None:
+            for sel in unmatched_b(client, prep.src_b.schema.names, paired, with_ids=params.with_ids):
+                un_b.write(sel)
+    assemble_seconds = time.perf_counter() - t2
 
     stats = MergeStats("rtm")
     stats.params = params.as_dict()
@@ -344,15 +290,15 @@ def _run_with_server(prep, sc, partitions, progress, client, url, token, certs, 
     stats.fetch_seconds = fetch_a + fetch_b
     stats.merge_seconds = sum(r["merge_seconds"] for r in results)
     stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds
-    stats.total_seconds = time.perf_counter() - t_start
+    stats.total_seconds = time.perf_counter() - run.t0
     for k in ("a_windows", "b_windows", "queries", "b_fetched"):
         stats.extra[k] = sum(r["extra"][k] for r in results)
     stats.extra.update({
         "b_paired": n_paired, "fetch_b_seconds": fetch_b, "fetch_a_seconds": fetch_a,
         "index_build_seconds": build_seconds, "client_retries": client.retried + sum(r["retries"] for r in results),
-        "execution": "spark", "master": sc.master, "partitions": len(ranges),
+        **run.stats(), "partitions": len(ranges),
         "partition_rows": [r["a_records"] for r in results],
-        "session_start_seconds": session_seconds, "spark_job_seconds": job_seconds,
+        "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
         "server": "embedded" if server is not None else job.server,
         "a": job.a, "b": job.b or job.server, "output": prep.output,

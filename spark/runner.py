@@ -1,22 +1,75 @@
-"""What every Spark runner (cgm, rtm, wjoin) does around its work."""
+"""The skeleton every Spark runner (cgm, rtm, wjoin) runs its work in.
+
+``run_on_spark(body, ...)`` checks ``--partitions``, splits ``--conf`` into Spark's settings and
+smerge's own (``smerge.*``), starts a session for ``master`` unless one is given (the JVM's
+stderr goes to the Spark log, ``smerge.spark.session``), calls ``body(run)`` with a ``SparkRun``,
+and at the end -- however it ends: an error, Ctrl-C, SIGTERM (the CLI turns it into Ctrl-C) --
+removes every staging folder the body asked for (``run.staging``) and stops the session it
+started (quietly unless ``verbose``). The body commits or aborts its outputs with
+``smerge.jobs.outputs.committed``.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import time
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-from smerge.errors import UsageError
+from smerge.datasets.outputs import make_staging
+from smerge.errors import OutputError, UsageError
+from smerge.spark.actions import run_job
 from smerge.spark.session import (DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session,
                                   under_spark_submit)
 
 
-def run_in_session(body: Callable, *, master: str | None, partitions: int | None, conf: dict[str, str] | None,
-                   verbose: bool, spark=None, app_name: str = "smerge"):
-    """What every Spark runner does around its work: check ``--partitions``, start a session
-    for ``master`` (None: the one spark-submit configured, else ``local[*]``) unless ``spark``
-    is given, call ``body(spark, smerge_conf, session_seconds, t0)``, stop the session it started
-    (quietly unless ``verbose``)."""
+@dataclass
+class SparkRun:
+    """What a runner's body works with: the session, smerge's settings, the session's start time
+    (seconds), ``t0`` (the run's start, ``time.perf_counter``) and the progress factory."""
+
+    spark: Any
+    own: dict[str, str]
+    session_seconds: float
+    t0: float
+    progress: Callable | None = None
+    staged: list[str] = field(default_factory=list)
+
+    @property
+    def sc(self):
+        return self.spark.sparkContext
+
+    def collect(self, rdd_fn: Callable[[], list], total: int, label: str, *, bar: bool = True) -> list:
+        """Run the action ``rdd_fn()``; the progress bar (unless ``bar`` is false) counts its tasks."""
+        return run_job(self.sc, rdd_fn, total, self.progress if bar else None, label)
+
+    def staging(self, output: str, kind: str, folders: tuple[str, ...] = ()) -> str:
+        """An owner-tagged staging folder beside ``output`` (leftovers of killed runs there are
+        swept first; ``smerge.datasets.outputs.make_staging``), with ``folders`` in it. It is
+        removed when the run ends, whatever ends it; a folder moved into place before (a
+        Parquet dataset output) is simply gone from here."""
+        path = make_staging(output, kind)
+        self.staged.append(path)
+        try:
+            for name in folders:
+                os.makedirs(os.path.join(path, name))
+        except OSError as e:
+            raise OutputError(f"cannot create the staging directory {path!r} ({e.strerror}); choose another -o") \
+                from None
+        return path
+
+    def stats(self, **more) -> dict:
+        """The statistics every Spark run reports, plus ``more``."""
+        return {"execution": "spark", "master": self.sc.master, "session_start_seconds": self.session_seconds,
+                **more}
+
+
+def run_on_spark(body: Callable[[SparkRun], Any], *, master: str | None, partitions: int | None,
+                 conf: dict[str, str] | None, verbose: bool, spark=None, progress=None, app_name: str = "smerge"):
+    """Run ``body(run)`` in a session for ``master`` (None: the one spark-submit configured, else
+    ``local[*]``), or in ``spark`` when given (batch runs, tests; it is not stopped)."""
     if partitions is not None and partitions < 1:
         raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
     spark_conf, own = split_conf(conf)
@@ -26,13 +79,15 @@ def run_in_session(body: Callable, *, master: str | None, partitions: int | None
     owns_session = spark is None
     if owns_session:
         spark = start_session(master, spark_conf, verbose=verbose, app_name=app_name)
-    session_seconds = time.perf_counter() - t0
+    run = SparkRun(spark=spark, own=own, session_seconds=time.perf_counter() - t0, t0=t0, progress=progress)
     try:
-        return body(spark, own, session_seconds, t0)
+        return body(run)
     finally:
+        for path in run.staged:
+            shutil.rmtree(path, ignore_errors=True)
         if owns_session:
             with quiet_stderr(spark_log_path()) if not verbose else contextlib.nullcontext():
                 spark.stop()
 
 
-__all__ = ["run_in_session"]
+__all__ = ["SparkRun", "run_on_spark"]

@@ -35,6 +35,7 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
 from smerge.merge.keys import KeyedBatch, key_matrix
+from smerge.spark.parts import PartWriter
 
 
 @dataclass(frozen=True)
@@ -141,49 +142,6 @@ PART_KINDS = ("pairs", "ua", "ub")
 def part_path(staging: str, kind: str, p: int, fmt: str = "arrow") -> str:
     """Where partition ``p`` writes its part of ``kind`` (pairs, ua, ub); one folder per kind."""
     return os.path.join(staging, kind, f"part-{p:05d}.{'parquet' if fmt == 'parquet' else 'arrow'}")
-
-
-class _PartWriter:
-    """A part file (Arrow IPC or Parquet) written to a temporary name and renamed on close
-    (a retried task simply replaces it)."""
-
-    def __init__(self, path: str, schema: pa.Schema, fmt: str = "arrow"):
-        self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        self.schema = schema
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            from smerge.datasets.writers import parquet_options
-            from smerge.spark.parquet import PART_WRITE_OPTIONS
-
-            self._sink = None
-            self._w = pq.ParquetWriter(self.tmp, schema, **parquet_options(schema), **PART_WRITE_OPTIONS)
-        else:
-            self._sink = pa.OSFile(self.tmp, "wb")
-            self._w = pa.ipc.new_file(self._sink, schema)
-        self.rows = 0
-
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            if batch.schema.names != self.schema.names:
-                batch = pa.RecordBatch.from_arrays([batch.column(n) for n in self.schema.names], schema=self.schema)
-            self._w.write_batch(batch)
-            self.rows += batch.num_rows
-
-    def close(self) -> None:
-        self._w.close()
-        if self._sink is not None:
-            self._sink.close()
-        os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        try:
-            self._w.close()
-            if self._sink is not None:
-                self._sink.close()
-        finally:
-            if os.path.exists(self.tmp):
-                os.unlink(self.tmp)
 
 
 def owner(bounds: np.ndarray, k1: np.ndarray) -> np.ndarray:
@@ -379,7 +337,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     else:
         schemas = {"pairs": ids_schema, "ua": una_ids, "ub": unb_ids}
     kinds = PART_KINDS if plan.want_unmatched else PART_KINDS[:1]
-    writers = {k: _PartWriter(part_path(plan.staging, k, p, fmt), schemas[k], fmt) for k in kinds}
+    writers = {k: PartWriter(part_path(plan.staging, k, p, fmt), schemas[k], fmt) for k in kinds}
     write = lambda item: writers[item[0]].write(item[1])  # noqa: E731
     bg = BackgroundWriter(write, 4, "smerge-part-write") if plan.prefetch else _InlineWriter(write)
     seam: list[pa.RecordBatch] = []

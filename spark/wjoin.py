@@ -38,292 +38,28 @@ executors, as for CGM) and are removed at the end, also on failure.
 
 from __future__ import annotations
 
-import glob
 import os
-import shutil
 import time
-from dataclasses import dataclass, replace
-from types import SimpleNamespace
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, OutputError, SmergeError, UsageError
-from smerge.datasets.outputs import make_staging
-from smerge.jobs import write_stats
-from smerge.merge.wjoin import WJoinParams, WJoinStats, _hash_terms, _times, make_plan, wjoin
+from smerge.errors import InputError
+from smerge.jobs.outputs import committed, write_stats
+from smerge.merge.wjoin import WJoinParams, WJoinStats, make_plan
+from smerge.spark.actions import raise_task_error
+from smerge.spark.parts import read_part
+from smerge.spark.runner import SparkRun, run_on_spark
+from smerge.spark.wjoin_tasks import (ORD_R, ORD_S, ORD_T, StreamSpec, WSparkPlan, join_partition, out_path,
+                                      split_chunk)
 
-ROW_COL = "__smerge_row"
-SAMPLE_PER_BATCH = 64
-ORD_T, ORD_S, ORD_R = "__ord_t", "__ord_s", "__ord_r"
-_ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputError)}
-
-
-@dataclass(frozen=True)
-class StreamSpec:
-    path: str
-    source: str  # the name used in messages (the path as given)
-    batch_rows: int
-    schema: pa.Schema
-    outer: int | None
-    inner: int
-
-    def open(self):
-        from smerge.datasets import open_input
-
-        src = open_input(self.path, batch_rows=self.batch_rows, decode_times=True)
-        if src.schema != self.schema:
-            raise SmergeError(f"{self.source}: the executor sees schema {src.schema} but the driver saw "
-                              f"{self.schema}; the file changed during the run, or executors read another copy")
-        return src
-
-
-@dataclass(frozen=True)
-class WSparkPlan:
-    streams: tuple[StreamSpec, ...]
-    params: WJoinParams
-    partitions: int
-    staging: str
-    mode: str  # "hash" (HW-join by key), "ranges" (NLW-join by time ranges + halo), "single" (one task)
-    bounds: tuple = ()  # "ranges": P - 1 range boundaries, in the time representation
-    halo: float = 0.0  # "ranges": the largest shortest-path bound (D_max)
-    chunk_times: tuple = ()  # "ranges": per stream, ((chunk, first_t, last_t), ...) of the non-empty chunks
-
-    @property
-    def hashed(self) -> bool:
-        return self.mode == "hash"
-
-    @property
-    def split(self) -> bool:
-        return self.mode in ("hash", "ranges")
-
-
-def _err(e: SmergeError) -> dict:
-    return {"error": (type(e).__name__, str(e))}
-
-
-def _raise(err: tuple) -> None:
-    name, msg = err
-    raise _ERRORS.get(name, SmergeError)(msg)
-
-
-def _in_path(staging: str, i: int, chunk: int, p: int) -> str:
-    return os.path.join(staging, f"in-{i:03d}-{chunk:06d}-{p:05d}.arrow")
-
-
-def _out_path(staging: str, p: int) -> str:
-    return os.path.join(staging, f"out-{p:05d}.arrow")
-
-
-class _Writer:
-    """An Arrow IPC file written under a temporary name and renamed on close (task retries overwrite)."""
-
-    def __init__(self, path: str, schema: pa.Schema):
-        self.path, self.tmp = path, f"{path}.tmp-{os.getpid()}-{time.monotonic_ns()}"
-        self._sink = pa.OSFile(self.tmp, "wb")
-        self._w = pa.ipc.new_file(self._sink, schema)
-        self.rows = 0
-
-    def write(self, b) -> None:
-        self._w.write(b)
-        self.rows += b.num_rows
-
-    def close(self) -> None:
-        self._w.close()
-        self._sink.close()
-        os.replace(self.tmp, self.path)
-
-
-def _read_ipc(path: str):
-    with pa.memory_map(path) as src:
-        r = pa.ipc.open_file(src)
-        for k in range(r.num_record_batches):
-            yield r.get_batch(k)
-
-
-# ---- executor side ---------------------------------------------------------------------------
-
-def split_chunk(plan: WSparkPlan, item: tuple[int, int, int, int | None]) -> dict:
-    """Stage 1: hash-partition chunk ``item = (stream, chunk, start, stop)`` into per-partition files."""
-    try:
-        return _split_chunk(plan, item)
-    except SmergeError as e:
-        return _err(e)
-
-
-def _split_chunk(plan: WSparkPlan, item) -> dict:
-    i, chunk, start, stop = item
-    spec = plan.streams[i]
-    eplan = make_plan([s.schema for s in plan.streams], plan.params)
-    tcol = plan.params.time[i]
-    src = spec.open()
-    row0 = start * spec.inner
-    row = row0
-    first_t = last_t = None
-    writers: dict[int, _Writer] = {}
-    schema = spec.schema.append(pa.field(ROW_COL, pa.int64()))
-    P = plan.partitions if plan.hashed else 1
-    samples = []
-    try:
-        for batch in src.batches(start, stop):
-            n = batch.num_rows
-            if n == 0:
-                continue
-            tab = pa.Table.from_batches([batch])
-            t = _times(tab.column(tcol), eplan.kind, SimpleNamespace(rows_read=row, name=spec.source, time_col=tcol))
-            prev = last_t
-            d = np.diff(np.concatenate([[t[0] if prev is None else prev], t]))
-            if np.any(d < 0):
-                bad = row + int(np.flatnonzero(d < 0)[0])
-                raise InputError(f"{spec.source}: time column {tcol!r} decreases at row {bad}; W-join needs every "
-                                 "stream in non-decreasing time order (sort it first)")
-            if first_t is None:
-                first_t = t[0].item()
-            last_t = t[-1].item()
-            tab = tab.append_column(ROW_COL, pa.array(np.arange(row, row + n, dtype=np.int64)))
-            if plan.hashed:
-                pid = (_hash_terms(tab, eplan.hash_terms[i]) % np.uint64(P)).astype(np.int64)
-            else:  # time ranges: one file per chunk; a sample of the times for the boundaries
-                pid = np.zeros(n, np.int64)
-                samples.append(t[::max(1, n // SAMPLE_PER_BATCH)])
-            order = np.argsort(pid, kind="stable")
-            counts = np.bincount(pid, minlength=P)
-            tab = tab.take(pa.array(order))
-            off = 0
-            for p in np.flatnonzero(counts):
-                c = int(counts[p])
-                w = writers.get(int(p))
-                if w is None:
-                    w = writers[int(p)] = _Writer(_in_path(plan.staging, i, chunk, int(p)), schema)
-                w.write(tab.slice(off, c))
-                off += c
-            row += n
-    finally:
-        for w in writers.values():
-            w.close()
-    sample = np.concatenate(samples) if samples else np.empty(0)
-    return {"i": i, "chunk": chunk, "first_row": row0, "rows": row - row0, "first_t": first_t, "last_t": last_t,
-            "sample": sample}
-
-
-def _partition_input(plan: WSparkPlan, i: int, p: int):
-    for f in sorted(glob.glob(os.path.join(plan.staging, f"in-{i:03d}-*-{p:05d}.arrow"))):
-        yield from _read_ipc(f)
-
-
-def _range_edges(plan: WSparkPlan, r: int):
-    """Range r = [lo, hi) of completion times (None: unbounded)."""
-    b = plan.bounds
-    return (b[r - 1] if r > 0 else None), (b[r] if r < len(b) else None)
-
-
-def _range_input(plan: WSparkPlan, i: int, r: int, kind: str):
-    """Stream i's records with lo - halo <= t < hi, from the chunks that can hold them, in order."""
-    lo, hi = _range_edges(plan, r)
-    low = None if lo is None else lo - plan.halo
-    tcol = plan.params.time[i]
-    for chunk, first_t, last_t in plan.chunk_times[i]:
-        if (low is not None and last_t < low) or (hi is not None and first_t >= hi):
-            continue
-        for b in _read_ipc(_in_path(plan.staging, i, chunk, 0)):
-            t = _times(b.column(tcol), kind, SimpleNamespace(rows_read=0, name="", time_col=tcol))
-            m = np.ones(b.num_rows, bool)
-            if low is not None:
-                m &= t >= low
-            if hi is not None:
-                m &= t < hi
-            if m.all():
-                yield b
-            elif m.any():
-                yield b.filter(pa.array(m))
-
-
-def join_partition(plan: WSparkPlan, p: int) -> dict:
-    """Stage 2: run the in-process engine on partition ``p``; write its tuples with completion keys."""
-    try:
-        return _join_partition(plan, p)
-    except SmergeError as e:
-        return _err(e)
-
-
-def _join_partition(plan: WSparkPlan, p: int) -> dict:
-    params = plan.params
-    n = params.n_streams
-    base_schemas = [s.schema for s in plan.streams]
-    final_schema = make_plan(base_schemas, params).out_schema
-    stats = WJoinStats()
-    t0 = time.perf_counter()
-    kind = make_plan(base_schemas, params).kind
-    if plan.split:
-        # every stream carries its row ids as a payload column; the engine's own ids are not used
-        schemas = [s.append(pa.field(ROW_COL, pa.int64())) for s in base_schemas]
-        eparams = replace(params, with_ids=False)
-        if plan.hashed:
-            streams = [_partition_input(plan, i, p) for i in range(n)]
-        else:
-            streams = [_range_input(plan, i, p, kind) for i in range(n)]
-    else:
-        schemas = base_schemas
-        eparams = replace(params, with_ids=True)
-        srcs = [s.open() for s in plan.streams]
-        streams = [s.batches() for s in srcs]
-    eplan = make_plan(schemas, eparams)
-    id_names = make_plan(base_schemas, replace(params, with_ids=True)).id_names
-    row_cols = ([f"{a}_{ROW_COL}" for a in params.aliases] if plan.split else id_names)
-    r_lo, r_hi = _range_edges(plan, p) if plan.mode == "ranges" else (None, None)
-    formed = 0
-    time_cols = [f"{a}_{c}" for a, c in zip(params.aliases, params.time)]
-    ord_type = pa.float64() if eplan.dtype is np.float64 else pa.int64()
-    schema = final_schema.append(pa.field(ORD_T, ord_type)).append(pa.field(ORD_S, pa.int64())) \
-        .append(pa.field(ORD_R, pa.int64()))
-    w = _Writer(_out_path(plan.staging, p), schema)
-    write_seconds = 0.0
-    try:
-        for b in wjoin(streams, schemas, eparams, stats=stats, sources=[s.source for s in plan.streams]):
-            tw = time.perf_counter()
-            rows = [b.column(c).to_numpy() for c in row_cols]
-            ts = [_times(b.column(c), eplan.kind, SimpleNamespace(rows_read=0, name="", time_col=c))
-                  for c in time_cols]
-            bt, bs, br = ts[0], np.zeros(b.num_rows, np.int64), rows[0]
-            for j in range(1, n):  # the last member in arrival order: max (time, stream); later stream wins ties
-                m = ts[j] >= bt
-                bt, bs, br = np.where(m, ts[j], bt), np.where(m, j, bs), np.where(m, rows[j], br)
-            if r_lo is not None or r_hi is not None:  # keep the tuples completed inside this time range
-                keep = np.ones(b.num_rows, bool)
-                if r_lo is not None:
-                    keep &= bt >= r_lo
-                if r_hi is not None:
-                    keep &= bt < r_hi
-                if not keep.all():
-                    b = b.filter(pa.array(keep))
-                    rows = [x[keep] for x in rows]
-                    bt, bs, br = bt[keep], bs[keep], br[keep]
-                if b.num_rows == 0:
-                    continue
-            formed += b.num_rows
-            cols = []
-            for f in final_schema:
-                if f.name in id_names:
-                    cols.append(pa.array(rows[id_names.index(f.name)], pa.int64()))
-                else:
-                    cols.append(b.column(f.name))
-            cols += [pa.array(bt, ord_type), pa.array(bs, pa.int64()), pa.array(br, pa.int64())]
-            w.write(pa.RecordBatch.from_arrays(cols, schema=schema))
-            write_seconds += time.perf_counter() - tw
-    finally:
-        w.close()
-    return {"p": p, "tuples": formed, "records_read": stats.records_read, "peak_buffered": stats.peak_buffered,
-            "peak_buffered_total": stats.peak_buffered_total, "peak_held": stats.peak_held, "chunks": stats.chunks,
-            "join_seconds": time.perf_counter() - t0 - write_seconds, "write_seconds": write_seconds}
-
-
-# ---- driver side -----------------------------------------------------------------------------
 
 class _Part:
     """One partition's output, read one batch ahead (``more``: batches remain after ``buf``)."""
 
     def __init__(self, path: str):
-        self.it = _read_ipc(path)
+        self.it = read_part(path)
         self.buf = None
         self.nxt = next(self.it, None)
 
@@ -385,12 +121,6 @@ def _chunk_items(spec: StreamSpec, i: int, groups: int) -> list[tuple[int, int, 
     return [(i, c, a, b) for c, (a, b) in enumerate(zip(edges[:-1], edges[1:])) if b > a]
 
 
-def _collect(sc, rdd_fn, total: int, progress, label: str) -> list:
-    from smerge.spark.actions import run_job  # job group + progress bar, shared by the Spark adapters
-
-    return run_job(sc, rdd_fn, total, progress, label)
-
-
 def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None = None,
                     conf: dict[str, str] | None = None, progress=None, verbose: bool = False, spark=None) -> dict:
     """Run the W-join of ``prep`` (``smerge.jobs.wjoin.prepare``) on Spark; return its statistics.
@@ -403,18 +133,14 @@ def run_wjoin_spark(prep, *, master: str | None = None, partitions: int | None =
     Settings ``smerge.*`` in ``conf`` are smerge's own: ``smerge.wjoin.split_groups`` (chunks per
     input in the split stage, default: default parallelism).
     """
-    from smerge.spark.runner import run_in_session
-
-    return run_in_session(lambda spark, own, session_seconds, t0: _run(prep, spark, partitions, own, progress,
-                                                                     session_seconds, t0),
-                          master=master, partitions=partitions, conf=conf, verbose=verbose, spark=spark,
-                          app_name="smerge wjoin")
+    return run_on_spark(lambda run: _run(prep, run, partitions), master=master, partitions=partitions, conf=conf,
+                        verbose=verbose, spark=spark, progress=progress, app_name="smerge wjoin")
 
 
-def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t_start: float) -> dict:
+def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     from smerge.datasets import open_output
 
-    sc = spark.sparkContext
+    sc = run.sc
     params: WJoinParams = prep.params
     job = prep.job
     n = params.n_streams
@@ -425,45 +151,37 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     hashed = eplan.hash_terms is not None
     P = partitions or max(1, sc.defaultParallelism)
     mode = "hash" if hashed else ("ranges" if P > 1 else "single")
-    staging = make_staging(prep.output, "wjoin")  # owner-tagged (leftovers of killed runs are swept), umask modes
+    staging = run.staging(prep.output, "wjoin")
     plan = WSparkPlan(streams=specs, params=params, partitions=P, staging=staging, mode=mode)
     split_seconds = 0.0
-    try:
-        if plan.split:
-            t1 = time.perf_counter()
-            groups = int(own.get("smerge.wjoin.split_groups", max(1, sc.defaultParallelism)))
-            items = [it for i, s in enumerate(specs) for it in _chunk_items(s, i, groups)]
-            res = _collect(sc, lambda: sc.parallelize(items, len(items)).map(lambda it: split_chunk(plan, it))
-                           .collect(), len(items), progress if len(items) > 4 else None, "split inputs")
-            for r in res:
-                if "error" in r:
-                    _raise(r["error"])
-            _check_seams(plan, res)
-            if mode == "ranges":
-                plan = _range_plan(plan, res, eplan)
-                P = plan.partitions
-            split_seconds = time.perf_counter() - t1
-        t2 = time.perf_counter()
-        results = _collect(sc, lambda: sc.parallelize(range(P), P).map(lambda p: join_partition(plan, p)).collect(),
-                           P, progress, "join partitions")
-        job_seconds = time.perf_counter() - t2
-        results.sort(key=lambda r: r.get("p", -1))
-        for r in results:
+    if plan.split:
+        t1 = time.perf_counter()
+        groups = int(run.own.get("smerge.wjoin.split_groups", max(1, sc.defaultParallelism)))
+        items = [it for i, s in enumerate(specs) for it in _chunk_items(s, i, groups)]
+        res = run.collect(lambda: sc.parallelize(items, len(items)).map(lambda it: split_chunk(plan, it)).collect(),
+                          len(items), "split inputs", bar=len(items) > 4)
+        for r in res:
             if "error" in r:
-                _raise(r["error"])
-        t3 = time.perf_counter()
-        out = open_output(prep.output, prep.out_schema, fmt=prep.output_format, overwrite=job.overwrite)
-        try:
-            for b in merge_parts([_out_path(staging, r["p"]) for r in results]):
-                out.write(pa.RecordBatch.from_arrays([b.column(f.name) for f in prep.out_schema],
-                                                     schema=prep.out_schema))
-            out.commit()
-        except BaseException:
-            out.abort()
-            raise
-        assemble_seconds = time.perf_counter() - t3
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+                raise_task_error(r["error"])
+        _check_seams(plan, res)
+        if mode == "ranges":
+            plan = _range_plan(plan, res, eplan)
+            P = plan.partitions
+        split_seconds = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    results = run.collect(lambda: sc.parallelize(range(P), P).map(lambda p: join_partition(plan, p)).collect(),
+                          P, "join partitions")
+    job_seconds = time.perf_counter() - t2
+    results.sort(key=lambda r: r.get("p", -1))
+    for r in results:
+        if "error" in r:
+            raise_task_error(r["error"])
+    t3 = time.perf_counter()
+    out = open_output(prep.output, prep.out_schema, fmt=prep.output_format, overwrite=job.overwrite)
+    with committed([out]):
+        for b in merge_parts([out_path(staging, r["p"]) for r in results]):
+            out.write(pa.RecordBatch.from_arrays([b.column(f.name) for f in prep.out_schema], schema=prep.out_schema))
+    assemble_seconds = time.perf_counter() - t3
 
     st = WJoinStats(aliases=params.aliases, method="hash" if hashed else "nested-loop")
     st.tuples = sum(r["tuples"] for r in results)
@@ -475,14 +193,14 @@ def _run(prep, spark, partitions, own: dict, progress, session_seconds: float, t
     result = st.as_dict()
     p = params
     result.update({
-        "inputs": list(job.inputs), "output": prep.output, "execution": "spark", "master": sc.master,
+        "inputs": list(job.inputs), "output": prep.output, **run.stats(),
         "partitions": P, "partitioning": {"hash": "equality key hash", "ranges": "time ranges + halo",
                                           "single": "one partition"}[mode],
         "partition_tuples": [r["tuples"] for r in results],
         "fetch_seconds": split_seconds, "join_seconds": sum(r["join_seconds"] for r in results),
         "write_seconds": sum(r["write_seconds"] for r in results) + assemble_seconds,
-        "session_start_seconds": session_seconds, "spark_job_seconds": job_seconds,
-        "assemble_seconds": assemble_seconds, "total_seconds": time.perf_counter() - t_start,
+        "spark_job_seconds": job_seconds,
+        "assemble_seconds": assemble_seconds, "total_seconds": time.perf_counter() - run.t0,
         "params": {
             "time": list(p.time), "window": None if p.window is None else str(p.window),
             "pair_windows": [[i + 1, j + 1, None if d is None else str(d)] for i, j, d in p.pair_windows],
