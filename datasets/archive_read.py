@@ -270,6 +270,8 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     t0 = t_prev = None
     read = read_prev = 0  # records in the blocks read so far, and by the previous run
     recent = None  # seconds per record of the last runs (exponentially weighted)
+    if man.runs:  # first-use costs (imports of the Parquet reader: ~1 s) are not a rate to plan with
+        read_block(man, min((b for r in man.runs for b in r["blocks"]), key=lambda b: b["bytes"]), read_cols)
     for i, run in enumerate(man.runs):
         now = clock()
         t0 = now if t0 is None else t0
