@@ -272,7 +272,9 @@ def read_block(man: Manifest, block: dict, columns: list[str] | None = None) -> 
     if len(data) != block["bytes"] or hashlib.sha256(data).hexdigest() != block["sha256"]:
         raise damaged(man.directory, f"{what} does not match its SHA-256")
     try:
-        table = pq.read_table(pa.BufferReader(data), columns=columns)
+        # ParquetFile.read, not pq.read_table: the latter imports pyarrow.dataset (and pandas) at the first
+        # block of a process, about a second.
+        table = pq.ParquetFile(pa.BufferReader(data)).read(columns=columns)
     except (OSError, pa.ArrowException) as e:
         raise damaged(man.directory, f"{what} cannot be parsed ({_short(e)})") from None
     if table.num_rows != block["count"]:

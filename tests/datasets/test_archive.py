@@ -533,3 +533,15 @@ def test_aggregate_and_copies_checked_against_the_stream(two_runs, tmp_path):
     with pytest.raises(UsageError, match="aggregate"):
         do_append(arch, s, aggregates=(parse_aggregate("10:count"),))
     assert snapshot(arch) == before
+
+
+def test_eager_read_through_the_reader_reads_the_chosen_copy(two_runs_eager):
+    arch = two_runs_eager[0]
+    man = read_manifest(str(arch))
+    for f, level in ((0.15, 0.8), (0.3, 0.5), (0.5, 0.5), (0.7, 0.2)):
+        got, src = read_all(arch, sample=f, sample_seed=3)
+        copy_bytes = sum(b["bytes"] for r in man.runs for c in r["copies"] if c["level"] == level for b in c["blocks"])
+        assert src.counters["bytes_read"] == copy_bytes
+        assert abs(got.num_rows / 21_000 - f) < 4 * np.sqrt(f * (1 - f) / 21_000)
+    got, src = read_all(arch, sample=1.0)
+    assert src.counters["bytes_read"] == sum(b["bytes"] for r in man.runs for b in r["blocks"])
