@@ -42,7 +42,7 @@ SEED_ENV = "SMERGE_ARCHIVE_SEED"
 BUDGET_ENV = "SMERGE_ARCHIVE_BUDGET"
 DEFAULT_SAMPLE_SEED = 0
 MAX_BUDGET = 365 * 86400.0
-PILOT_SHARE = 0.5  # the first run reads blocks for at most this share of its part of the budget
+PILOT_SHARE = 0.1  # the first run reads blocks for at most this share of its part of the budget
 RECENT_WEIGHT = 0.5  # weight of the last run in the recent seconds per record
 
 
@@ -243,9 +243,12 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     exponentially weighted average over the last runs (a load that arrives is seen at once), times
     the records the remaining runs would need at k/R, must fit the time left before the
     budget's deadline; k_i is the largest such k, at least one block. The first run has no
-    measurement yet (the pilot): its blocks are read one by one in random order until the
-    seconds per record of those read predict that one more would pass ``PILOT_SHARE`` of the
-    run's share of the time left (its records over the archive's). k_i depends on timings only,
+    measurement yet (the pilot): its blocks are read one by one in random order until the read
+    seconds per record predict that one more would pass ``PILOT_SHARE`` (a tenth) of the run's
+    share of the time left (its records over the archive's): the consumer's time is not seen
+    until the run is handed over, so reading is assumed to be at least a tenth of the cost; a
+    heavier consumer makes the pilot overrun its share, which the next runs make up for (an
+    archive of one run cannot). k_i depends on timings only,
     never on the records' values, so given k_i the run's sample is a uniform k_i-subset of its
     blocks: each record is in it with probability f_i, which the statistics use (Horvitz-Thompson).
 
