@@ -233,6 +233,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
         "task_seconds": [r.get("task_seconds", 0.0) for r in results],
+        "task_cpu_seconds": [r.get("task_cpu_seconds", 0.0) for r in results],
         "b_shared": sum(r["b_shared_owned"] for r in results),
         "seam_pairs": seam["total"], "seam_pairs_dropped": seam["total"] - seam["kept"],
         "partition_pairs": [r["final_pairs"] for r in results],

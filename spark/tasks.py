@@ -279,7 +279,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     from smerge.merge.output import pair_schema
     from smerge.transport import BackgroundWriter, Prefetcher
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     bounds = np.asarray(plan.bounds, dtype=np.float64)
     eps1 = plan.eps1
     single = bounds.size == 0  # one partition: every record, nothing shared
@@ -434,6 +434,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         "write_seconds": bg.busy_seconds,
         "read_seconds": max(a_it.busy_seconds, b_it.busy_seconds),
         "task_seconds": time.perf_counter() - t0,
+        "task_cpu_seconds": time.process_time() - c0,  # this Python worker's CPU, its threads included
         "seam": _ipc_bytes(seam, ids_schema),
         "seam_owned": np.concatenate(seam_owned).tobytes() if seam_owned else b"",
         "seam_ord": np.concatenate(seam_ord).astype(np.int64).tobytes() if seam_ord else b"",
