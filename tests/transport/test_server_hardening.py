@@ -49,6 +49,17 @@ def _status(pid: int, field: str) -> int:
     raise AssertionError(field)
 
 
+def _wait_until_rss_settles(pid: int, limit: float = 120.0) -> None:
+    """Until the resident size moved less than 2 MiB over 2 s (at most ``limit`` seconds)."""
+    deadline = time.monotonic() + limit
+    last, steady = _status(pid, "VmRSS"), 0
+    while steady < 4 and time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = _status(pid, "VmRSS")
+        steady = steady + 1 if abs(now - last) < 2 << 20 else 0
+        last = now
+
+
 def _server_text(e: BaseException) -> str:
     return str(e).split(". gRPC client debug context:")[0]
 
@@ -81,7 +92,7 @@ def test_oversized_unauthenticated_tickets_do_not_grow_the_server(big_parquet, t
     try:
         c = IndexClient(url.rsplit("/", 1)[0], token=TOKEN)
         assert c.health()
-        time.sleep(1.0)  # let the background R-tree build settle
+        _wait_until_rss_settles(p.pid)  # the background R-tree build (slow on a loaded machine)
         base = _status(p.pid, "VmRSS")
         hwm0 = _status(p.pid, "VmHWM")
         ticket = b"x" * (256 << 20)
