@@ -80,7 +80,11 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--as-gib", type=int, default=10, help="address-space cap (GiB)")
     ap.add_argument("--dry", action="store_true", help="print only (no results file, no BENCHMARKS.md)")
+    ap.add_argument("--report-only", action="store_true", help="rewrite the section from bench/results/archive.json")
     args = ap.parse_args()
+    if args.report_only:
+        report(json.loads((common.RESULTS / "archive.json").read_text()))
+        return
     cap = args.as_gib << 30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
@@ -196,11 +200,15 @@ def report(out: dict, write: bool = True) -> None:
     time_ok = all(r["rts_seconds"] / full["rts"] <= 1.2 * r["fraction"] + fixed for r in rows)
     bytes_ok = [r["rts_bytes"] <= r["fraction"] * full_b["rts"] + ai["runs"] * one_block * 1.5 for r in rows]
     levels = sorted(1 - c for c in out["copies"]) + [1.0]
+    spread = max(max(r[f"{k}_seconds_all"]) / min(r[f"{k}_seconds_all"]) for r in rows for k in ("plain", "rts", "eager"))
 
     def step(f: float) -> float:
         return min(x for x in levels if x >= f - 1e-12)
 
     eager_step_ok = all(abs(r["eager_bytes"] / full_b["eager"] - step(r["fraction"])) < 0.03 for r in rows)
+    # read time: within 1.2 x the copy read of the full read plus the same fixed cost as above
+    eager_time_ok = [r["eager_seconds"] / full["eager"] <= 1.2 * step(r["fraction"]) + fixed for r in rows]
+    rts_time_ok = [r["rts_seconds"] / full["rts"] <= 1.2 * r["fraction"] + fixed for r in rows]
     table_rows = []
     for r, bok in zip(rows, bytes_ok):
         f = r["fraction"]
@@ -242,9 +250,18 @@ def report(out: dict, write: bool = True) -> None:
         f"{'met at every F' if all(bytes_ok) else '**NOT met**'}. Its read time within 1.2 F of the full read plus a "
         f"fixed cost of one block per run ({fixed:.2f} of the full read): {'met at every F' if time_ok else '**NOT met**'}. "
         f"Eager bytes read a step function of F (the smallest copy holding F: {', '.join(f'{x:g}' for x in levels)}): "
-        f"{'met at every F' if eager_step_ok else '**NOT met**'}; its read time follows the same steps (Figure 10's "
-        f"shape). Full reads: strawman {full['plain']:.2f} s, randomize-then-sort {full['rts']:.2f} s, "
-        f"eager (primary copy) {full['eager']:.2f} s.\n")
+        f"{'met at every F' if eager_step_ok else '**NOT met**'}. Eager read time within 1.2 x the copy read (of the "
+        f"full read) plus the same fixed cost, i.e. following the steps (Figure 10's shape): "
+        f"{'met at every F' if all(eager_time_ok) else '**NOT met** at F = ' + ', '.join(f'{r[0]:g}' for r, ok in zip(table_rows, eager_time_ok) if not ok)}. "
+        f"Randomize-then-sort read time target missed at F = "
+        f"{', '.join(f'{r[0]:g}' for r, ok in zip(table_rows, rts_time_ok) if not ok) or 'none'}. "
+        f"Full reads: strawman {full['plain']:.2f} s, randomize-then-sort {full['rts']:.2f} s, "
+        f"eager (primary copy) {full['eager']:.2f} s.\n\n"
+        f"Read times are of a machine at load {out['load_before'].split(' / ')[0]}-{out['load_after'].split(' / ')[0]} "
+        f"on 2 cores: the slowest of the repeats of one read is up to {spread:.1f}x the fastest (bench/results/archive.json "
+        "keeps every repeat), "
+        "so the read-time verdicts here are weak; the bytes read are exact and decide the shape. The write "
+        "ratios compare writers timed in the same loop under the same load.\n")
     print(text)
     if write:
         common.replace_section("archive", text, heading="Archived streams, sampled reads (issue 12, seed 002)")
