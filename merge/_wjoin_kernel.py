@@ -90,12 +90,13 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 
 
 @nb.njit(cache=True)
-def _chain_probe(hashes, mask, order, h, times, lo, hi, pe, slot_h, slot_head, prv, inserted):
+def _chain_probe(hashes, mask, order, h, times, lo, hi, pe, slot_h, slot_head, prv, inserted, limit):
     """HW-join probe, in one compiled pass: probes are taken in order of ``pe`` (``order``); before
     a probe, the stream's records below its ``pe`` are inserted into an open-addressing table
     (hash -> newest position) whose positions link to the previous one of the same hash, so
     each bucket is a newest-first chain of exactly the records that arrived before the probing
-    record. The walk stops at the first record before the period start ``lo``."""
+    record. The walk stops at the first record before the period start ``lo``. At ``limit`` + 1
+    pairs it stops early (the caller refuses or splits the probe; the chains stay valid)."""
     m = h.shape[0]
     ocap = max(16, 2 * m)
     out_parent = np.empty(ocap, np.int64)
@@ -124,6 +125,8 @@ def _chain_probe(hashes, mask, order, h, times, lo, hi, pe, slot_h, slot_head, p
             if t < lp:
                 break
             if t <= up:
+                if total > limit:
+                    return out_parent[:total], out_cand[:total], inserted
                 if total == ocap:
                     ocap *= 2
                     a = np.empty(ocap, np.int64)
@@ -162,10 +165,12 @@ class BucketIndex:
         self._inserted = 0
 
     def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              pe: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+              pe: np.ndarray, limit: int = 2**62) -> tuple[np.ndarray, np.ndarray]:
         """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
         among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``). Successive
-        calls on one index must come in arrival order (every ``pe`` >= the last call's)."""
+        calls on one index must come in arrival order (every ``pe`` >= the last call's). More than
+        ``limit`` pairs: the walk stops after ``limit`` + 1 of them (memory bounded by the limit);
+        the caller must not use that result, only its size."""
         if self.hashes.shape[0] == 0 or h.shape[0] == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         pe = np.ascontiguousarray(pe, np.int64)
@@ -178,5 +183,5 @@ class BucketIndex:
         parent, cand, self._inserted = _chain_probe(
             self.hashes, self.mask, order, np.ascontiguousarray(h, np.uint64), times,
             np.ascontiguousarray(lo, times.dtype), np.ascontiguousarray(hi, times.dtype), pe,
-            self._slot_h, self._slot_head, self._prv, self._inserted)
+            self._slot_h, self._slot_head, self._prv, self._inserted, int(limit))
         return parent, cand

@@ -43,7 +43,11 @@ from smerge.merge.stats import BoundedSeries
 
 DEFAULT_OUTPUT_ROWS = 65536
 SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arrivals is halved
-MAX_PARTIAL_TUPLES = 32_000_000  # one arrival's enumerated candidates at one level: ~0.25 GB per index array
+# One arrival's partial tuples at one level. Each is held in about 2n + 4 int64 index arrays
+# (members, times, parents) and, at the last level, in every output column before the block is
+# written: 4M keeps a 3-way step under ~1 GB (32M reached 5.5 GB and was killed by a 2 GB
+# address-space limit with an inequality between two of the streams).
+MAX_PARTIAL_TUPLES = 4_000_000
 METHODS = ("auto", "hash", "nested-loop")
 _UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
              "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
@@ -711,9 +715,15 @@ def _pair_probe(plan: _Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) 
     return sorted(out, key=lambda p: (p[0].name, p[1].stream, p[1].name))
 
 
-def _too_large(plan: _Plan, i: int, j: int, bound: list[int], total: int) -> UsageError:
+def _too_large(plan: _Plan, i: int, j: int, bound: list[int], total: int, probed: bool = False) -> UsageError:
     windows = ", ".join(f"{plan.aliases[b]},{plan.aliases[j]} <= {plan.wmat[b, j]:g}" for b in bound
                         if np.isfinite(plan.wmat[b, j])) or "none direct (a chain of windows)"
+    if probed:
+        return UsageError(
+            f"wjoin: stream {plan.aliases[j]} would give more than {MAX_PARTIAL_TUPLES:,} partial tuples (the "
+            f"limit) for one {plan.aliases[i]} arrival; within its window bounds ({windows}) too many records share "
+            f"the equality values that link it to {', '.join(plan.aliases[b] for b in bound)}: narrow the window "
+            "or add a more selective equality to --where")
     return UsageError(
         f"wjoin: stream {plan.aliases[j]} would give {total:,} partial tuples for one {plan.aliases[i]} "
         f"arrival (limit {MAX_PARTIAL_TUPLES:,}); its window bounds ({windows}) hold too many records and no "
@@ -769,18 +779,19 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             lo = l_ if lo is None else np.maximum(lo, l_)
             hi = h_ if hi is None else np.minimum(hi, h_)
         probes = [] if hashed or pair_buckets is None else _pair_probe(plan, j, bound, plan.level_conj[i][lvl])
+        limit = SPLIT_TUPLES if can_split else MAX_PARTIAL_TUPLES  # a probe stops past it (then split or refuse)
         if hashed:
             # One index per (arriving stream, probed stream): its chains grow block by block.
             if (i, j) not in buckets:
                 buckets[(i, j)] = BucketIndex(comb_h[j])
-            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx])
+            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx], limit)
         elif probes:
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(_hash_terms(comb_tab[j], [p[0] for p in probes]))
             hp = _hash_values([(comb_tab[cb.stream].column(cb.name).take(pa.array(mem[cb.stream])), cj.kind)
                                for cj, cb in probes], a_idx.shape[0])
-            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx])
+            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit)
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
             end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
@@ -792,6 +803,8 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             parent, cand = expand_ranges(start, end)
         if parent.shape[0] > SPLIT_TUPLES and can_split:
             raise _Split(parent.shape[0])
+        if parent.shape[0] > MAX_PARTIAL_TUPLES:  # a probe that stopped at the limit
+            raise _too_large(plan, i, j, bound, MAX_PARTIAL_TUPLES, probed=True)
         a_idx = a_idx[parent]
         for kk in mem:
             mem[kk] = mem[kk][parent]
