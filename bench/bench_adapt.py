@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import time
@@ -123,7 +124,8 @@ def verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
-def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall: float) -> str:
+def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall: float,
+             load: tuple[float, float] | None = None) -> str:
     from common import machine, machine_markdown, md_table
 
     def x(v, key, fmt="{:.3f}"):
@@ -172,7 +174,10 @@ def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall
         "pass count stays the same; above the cliff, evictions leave partners without their match and "
         "drops cascade. The fastest fixed K that meets D is therefore a near tie among the safe K's, "
         "picked by timing noise; `--adapt` spends its time the same way plus one kernel return per report "
-        "window.\n\nMachine:\n\n" + machine_markdown(machine()))
+        "window.\n\n" + (f"Load average (1 min) of the shared 2-core machine: {load[0]:.1f} before the run, "
+                           f"{load[1]:.1f} after; merge times under such load are several times the quiet "
+                           "machine's, the ratios (same load for both sides, interleaved) are what to read.\n\n"
+                           if load else "") + "Machine:\n\n" + machine_markdown(machine()))
 
 
 def main() -> None:
@@ -185,17 +190,18 @@ def main() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
     if args.quick:
         args.records, args.repeats, args.no_write = 200_000, 1, True
-    t0 = time.perf_counter()
+    t0, load0 = time.perf_counter(), os.getloadavg()[0]
     rows = run(args.records, args.repeats)
     ver = verdicts(rows)
     head_to_head(args.records, 1 if args.quick else HEAD_TO_HEAD, ver)
-    text = markdown(args.records, args.repeats, rows, ver, time.perf_counter() - t0)
+    load = (load0, os.getloadavg()[0])
+    text = markdown(args.records, args.repeats, rows, ver, time.perf_counter() - t0, load)
     print(text)
     if not args.no_write:
         from common import RESULTS, replace_section
 
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "adapt.json").write_text(json.dumps({"records": args.records, "repeats": args.repeats,
+        (RESULTS / "adapt.json").write_text(json.dumps({"records": args.records, "repeats": args.repeats, "load_1min": list(load),
                                                         "rows": rows, "verdicts": ver}, indent=1))
         replace_section("adapt", text, heading="Adaptive K: --adapt beside a sweep of fixed K")
 
