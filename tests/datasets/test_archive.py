@@ -545,3 +545,21 @@ def test_eager_read_through_the_reader_reads_the_chosen_copy(two_runs_eager):
         assert abs(got.num_rows / 21_000 - f) < 4 * np.sqrt(f * (1 - f) / 21_000)
     got, src = read_all(arch, sample=1.0)
     assert src.counters["bytes_read"] == sum(b["bytes"] for r in man.runs for b in r["blocks"])
+
+
+@pytest.mark.parametrize("copies", [(), (0.5,)])
+def test_bad_time_later_keeps_the_runs_committed_before(tmp_path, copies):
+    """The commit of a run runs beside the next run's writing: an append stopped by a bad record
+    still commits the runs before it whole, and leaves no file of the stopped run."""
+    t = np.arange(12_000, dtype=float)
+    t[11_000] = np.nan
+    table = pa.table({"t": t, "cat": np.zeros(12_000, np.int64), "v": np.ones(12_000)})
+    params = AppendParams(time="t", run_blocks=8, block_rows=500, seed=1, copies=copies)  # runs of <= 4,000 records
+    with pytest.raises(InputError, match="missing or NaN at record 11000"):
+        # batches of 1,000: the bad record is seen after some runs were written
+        append(str(tmp_path / "a"), "n", table.to_batches(1000), table.schema, params)
+    man = read_manifest(str(tmp_path / "a"))
+    got, _ = read_all(tmp_path / "a")
+    assert man.count == got.num_rows and 4_000 <= got.num_rows <= 11_000
+    assert got.column("t").to_pylist() == list(np.arange(got.num_rows, dtype=float))
+    assert run_ids_on_disk(tmp_path / "a") == {r["id"] for r in man.runs}
