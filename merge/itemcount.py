@@ -9,7 +9,9 @@ With correct-factor c > 0 a frequent item's lifetime count without a correct-bod
 the truth: also flagged as an estimate.
 
 Times are numbers in the time column's own unit (``time_values``: timestamps as their int64
-ticks). Memory: one row per (interval, item) seen, plus the bodies.
+ticks). Memory: one row per (interval, item) seen, plus the bodies. Counting is numpy: a batch that
+spans few intervals is counted in place (bincount over interval x item code), otherwise and when
+parts are summed by one sort of an int64 key (a lexicographic sort where that key could overflow).
 """
 
 from __future__ import annotations
@@ -145,17 +147,26 @@ class ItemCounts:
         codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         nd = max(1, len(enc.dictionary))
         lo = int(ids.min())
-        combined, n = np.unique((ids - lo) * nd + codes, return_counts=True)
-        part = pa.table({"iv": combined // nd + lo, "item": enc.dictionary.take(pa.array(combined % nd)),
-                         "n": n.astype(np.int64)})
+        if (int(ids.max()) - lo + 1) * nd <= 4 * len(codes) + 4096:  # few intervals: count in place, no sort
+            n = np.bincount((ids - lo) * nd + codes, minlength=(int(ids.max()) - lo + 1) * nd)
+            combined = np.flatnonzero(n)
+            part = pa.table({"iv": combined // nd + lo, "item": enc.dictionary.take(pa.array(combined % nd)),
+                             "n": n[combined].astype(np.int64)})
+        else:
+            iv, first, inv = _group(ids, codes)
+            part = pa.table({"iv": iv, "item": enc.dictionary.take(pa.array(codes[first])),
+                             "n": np.bincount(inv, minlength=len(iv)).astype(np.int64)})
         self._parts.append(part)
         self._rows += part.num_rows
         if self._rows > COMPACT_ROWS and len(self._parts) > 1:
             self._compact()
 
     def _compact(self) -> None:
-        t = pa.concat_tables(self._parts).group_by(["iv", "item"]).aggregate([("n", "sum")])
-        self._parts = [t.rename_columns(["iv", "item", "n"])]
+        t = pa.concat_tables(self._parts)
+        iv, items, inv = _group_items(t.column("iv").to_numpy(), t.column("item").combine_chunks())
+        n = np.bincount(inv, weights=t.column("n").to_numpy(), minlength=len(iv))
+        t = pa.table({"iv": iv, "item": items, "n": np.rint(n).astype(np.int64)})
+        self._parts = [t]
         self._rows = t.num_rows
 
     def add_bodies(self, kind: str, items: pa.Array, lifetime: int, counts: np.ndarray) -> None:
@@ -194,10 +205,10 @@ class ItemCounts:
                 exact.append(sure[pos] & (share == 1.0))
         if not ivs:
             return self._empty()
-        t = pa.table({"iv": np.concatenate(ivs), "item": pa.chunked_array(items, self.item_type),
-                      "count": np.concatenate(counts), "exact": np.concatenate(exact)})
-        t = t.group_by(["iv", "item"]).aggregate([("count", "sum"), ("exact", "all")])
-        t = t.rename_columns(["iv", "item", "count", "exact"])
+        iv, item, inv = _group_items(np.concatenate(ivs), pa.chunked_array(items, self.item_type).combine_chunks())
+        count = np.bincount(inv, weights=np.concatenate(counts), minlength=len(iv))
+        estimated = np.bincount(inv, weights=~np.concatenate(exact), minlength=len(iv)) > 0
+        t = pa.table({"iv": iv, "item": item, "count": count, "exact": ~estimated})
         t = t.filter(pc.greater(pc.abs(t.column("count")), 0)).sort_by([("iv", "ascending"), ("item", "ascending")])
         return self._bounds(t)
 
@@ -239,3 +250,32 @@ class ItemCounts:
             pa.float64() if pa.types.is_floating(self.time_type) else pa.int64())
         return pa.table({"start": pa.array([], tt), "end": pa.array([], tt), "item": pa.array([], self.item_type),
                          "count": pa.array([], pa.float64()), "exact": pa.array([], pa.bool_())})
+
+
+def _group(iv: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct (iv, code) pairs in (iv, code) order: (their iv, a row holding each, the pair of
+    every row). One int64 key when iv's range times the codes fits, else a lexicographic sort."""
+    lo, nd = int(iv.min()), int(codes.max()) + 1
+    if (int(iv.max()) - lo + 1) * nd < 2**62:
+        key = (iv - lo) * nd + codes
+        order = np.argsort(key)
+        sk = key[order]
+        new = np.ones(len(order), bool)
+        new[1:] = sk[1:] != sk[:-1]
+    else:
+        order = np.lexsort((codes, iv))
+        s_iv, s_c = iv[order], codes[order]
+        new = np.ones(len(order), bool)
+        new[1:] = (s_iv[1:] != s_iv[:-1]) | (s_c[1:] != s_c[:-1])
+    inv = np.empty(len(order), np.int64)
+    inv[order] = np.cumsum(new) - 1
+    first = order[new]
+    return iv[first], first, inv
+
+
+def _group_items(iv: np.ndarray, items: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray]:
+    """Distinct (iv, item) pairs: (their iv, their items, the pair of every row)."""
+    enc = pc.dictionary_encode(items)
+    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    giv, first, inv = _group(np.asarray(iv, np.int64), codes)
+    return giv, items.take(pa.array(first)), inv

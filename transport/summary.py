@@ -4,7 +4,8 @@ The sender turns a stream of records (item, time) into the summarised stream: li
 length L aligned to multiples of L; an hCount sketch over each lifetime finds the frequent items
 (estimate >= support * n, at most ``max_frequent``); at the start of the next lifetime one
 forecast-body (item, lifetime, estimated count) per frequent item is sent and their occurrences
-in that lifetime are not; every other record is sent raw; at its end a correct-body (item,
+in that lifetime are not; every other record is sent raw (held back into batches of about
+``RAW_BATCH_ROWS``, flushed at each lifetime's end); at its end a correct-body (item,
 lifetime, true - estimated) is sent for each frequent item with |estimated - true| > c * true.
 The receiver counts raw records + forecasts + corrections (``merge.itemcount.ItemCounts``).
 
@@ -40,6 +41,7 @@ from smerge.merge.itemcount import ItemCounts, check_time_type, duration_ticks, 
 SUMMARY_META_KEY = b"smerge.summary"
 FORECAST, CORRECT, TRAILER = b"F", b"C", b"E"
 MAX_FREQUENT_LIMIT = 10_000_000
+RAW_BATCH_ROWS = 65_536  # raw records are sent in batches of about this many (and at each lifetime's end)
 Message = tuple[pa.RecordBatch, bytes | None]
 
 
@@ -152,6 +154,8 @@ class _Sender:
         self.fdi = _FDI()
         self.cand_keys: list[np.ndarray] = []
         self.cand_items: list[pa.Array] = []
+        self.pending: list[pa.RecordBatch] = []  # raw records of the open lifetime not yet sent
+        self.pending_rows = 0
 
     def add(self, batch: pa.RecordBatch) -> Iterator[Message]:
         items = batch.column(self.params.item)
@@ -198,7 +202,17 @@ class _Sender:
                 raw = raw.filter(pa.array(~hit_u[inverse]))
         if raw.num_rows:
             self.stats.raw_sent += raw.num_rows
-            yield raw, None
+            self.pending.append(raw)
+            self.pending_rows += raw.num_rows
+            if self.pending_rows >= RAW_BATCH_ROWS:
+                yield from self._flush()
+
+    def _flush(self) -> Iterator[Message]:
+        """The raw records held back, as one batch (the receiver's cost grows with batches)."""
+        if self.pending_rows:
+            batch = pa.Table.from_batches(self.pending).combine_chunks().to_batches(max_chunksize=self.pending_rows)[0]
+            yield batch, None
+        self.pending, self.pending_rows = [], 0
 
     def _bodies(self, kind: bytes, sel: np.ndarray, counts: np.ndarray) -> Message:
         items = self.fdi.items.take(pa.array(sel))
@@ -218,6 +232,7 @@ class _Sender:
 
     def _close(self) -> Iterator[Message]:
         """Correct-bodies of ``self.cur``; then eFreq over its sketch gives the next FDI."""
+        yield from self._flush()
         fdi = self.fdi
         if len(fdi.keys):
             diff = fdi.true - fdi.est
