@@ -6,12 +6,12 @@ added to a B column whose name already exists; with ids, ``a_row`` and ``b_row``
 
 from __future__ import annotations
 
+import bisect
 from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from smerge.merge.keys import numpy_view
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -47,23 +47,18 @@ def pair_batch(schema: pa.Schema, a: pa.RecordBatch, b: pa.RecordBatch,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
-def _plain(col: pa.Array) -> bool:
-    t = col.type
-    return col.null_count == 0 and (pa.types.is_floating(t) or pa.types.is_integer(t))
-
-
 def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
-    """``batch.take(pos)``: a zero-copy slice for a consecutive run, numpy for plain numbers."""
+    """``batch.take(pos)``: a zero-copy slice for a consecutive run, else Arrow's take (faster
+    than numpy's gather plus the conversions, for every type, and it releases the GIL)."""
     n = pos.size
     if n and int(pos[-1]) - int(pos[0]) == n - 1 and (n == 1 or bool((np.diff(pos) == 1).all())):
         return batch.slice(int(pos[0]), n)
-    cols = []
-    for col in batch.columns:
-        if _plain(col):
-            cols.append(pa.array(numpy_view(col)[pos], type=col.type))
-        else:
-            cols.append(col.take(pa.array(pos)))
-    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+    return batch.take(pa.array(pos, pa.int64()))
+
+
+def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
+    batches = table.combine_chunks().to_batches()
+    return batches[0] if batches else empty_batch(schema)
 
 
 class RowStore:
@@ -77,11 +72,13 @@ class RowStore:
     def __init__(self, schema: pa.Schema):
         self.schema = schema
         self._segs: list[tuple[int, np.ndarray | None, pa.RecordBatch]] = []
+        self._firsts: list[int] = []  # first row id of every segment (for bisect)
         self.rows_held = 0
 
     def append(self, batch: pa.RecordBatch, first_row: int) -> None:
         if batch.num_rows:
             self._segs.append((first_row, None, batch))
+            self._firsts.append(first_row)
             self.rows_held += batch.num_rows
 
     def _last_row(self, seg) -> int:
@@ -93,6 +90,18 @@ class RowStore:
         rows = np.asarray(rows, dtype=np.int64)
         if rows.size == 0:
             return empty_batch(self.schema)
+        # The common case: the rows lie in plain segments of consecutive row ids (no compacted
+        # one among them), so a row's position is its distance from the first of them.
+        lo = bisect.bisect_right(self._firsts, int(rows.min())) - 1
+        hi = bisect.bisect_right(self._firsts, int(rows.max()))
+        run = self._segs[max(lo, 0):hi]
+        if lo >= 0 and all(ids is None for _, ids, _ in run) and all(
+                run[k + 1][0] == run[k][0] + run[k][2].num_rows for k in range(len(run) - 1)):
+            pos = rows - run[0][0]
+            if len(run) == 1:
+                return _gather(run[0][2], pos)
+            table = pa.Table.from_batches([b for _, _, b in run], schema=self.schema)
+            return _one_batch(table.take(pa.array(pos, pa.int64())), self.schema)
         firsts = np.array([s[0] for s in self._segs], dtype=np.int64)
         seg_of = np.searchsorted(firsts, rows, side="right") - 1
         offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
@@ -107,29 +116,8 @@ class RowStore:
                 pos[sel] = offsets[s] + np.searchsorted(ids, rows[sel])
         if hi - lo == 1:
             return _gather(self._segs[lo][2], pos - offsets[lo])
-        segs = [self._segs[s][2] for s in range(lo, hi)]
-        if all(_plain(c) for b in segs for c in b.columns):
-            # Where each segment's records go in the output, and where they are in the segment:
-            # computed once, then one integer gather per column and segment.
-            groups = []
-            for s in range(lo, hi):
-                at = np.flatnonzero(seg_of == s)
-                if at.size:
-                    groups.append((s, at, pos[at] - offsets[s]))
-            cols = []
-            for ci, f in enumerate(self.schema):
-                out = None
-                for s, at, local in groups:
-                    src = numpy_view(self._segs[s][2].column(ci))
-                    if out is None:
-                        out = np.empty(rows.size, dtype=src.dtype)
-                    out[at] = src[local]
-                cols.append(pa.array(out, type=f.type))
-            return pa.RecordBatch.from_arrays(cols, schema=self.schema)
         table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
-        taken = table.take(pa.array(pos - offsets[lo])).combine_chunks()
-        batches = taken.to_batches()
-        return batches[0] if batches else empty_batch(self.schema)
+        return _one_batch(table.take(pa.array(pos - offsets[lo])), self.schema)
 
     def release(self, live_rows: np.ndarray, next_row: int) -> None:
         """Drop rows that are not live: ``live_rows`` (any order) plus every row >= ``next_row``.
@@ -152,6 +140,7 @@ class RowStore:
             if hi > lo:
                 keep.append(seg)
         self._segs = keep
+        self._firsts = [seg[0] for seg in keep]
         self.rows_held = sum(s[2].num_rows for s in self._segs)
         old = [s for s in self._segs if self._last_row(s) < next_row]
         old_rows = sum(s[2].num_rows for s in old)
@@ -160,4 +149,5 @@ class RowStore:
             ids = live[:n_live_old]
             compacted = self.take(ids)
             self._segs = [(int(ids[0]), ids, compacted)] + self._segs[len(old):]
+            self._firsts = [seg[0] for seg in self._segs]
             self.rows_held = sum(s[2].num_rows for s in self._segs)
