@@ -204,3 +204,19 @@ def test_rtm_plot_and_existing_png_refused_before_the_run(ncar_dir, tmp_path):
     out2 = tmp_path / "r2.parquet"
     assert main(["cgm", "--local", u, v, "-o", str(out2), "--plot", str(png)]) == 2
     assert not out2.exists()
+
+
+def test_archive_input_read_with_sample_auto_draws_each_run(archive_ab, tmp_path):
+    """--sample-a auto --budget: the statistics give one fraction per run, drawn run by run."""
+    arch, b = archive_ab
+    png, st = tmp_path / "auto.png", tmp_path / "auto.json"
+    assert main(["cgm", "--local", str(arch), str(b), "--keys", "t", "--eps", "0.6", "--sample-a", "auto",
+                 "--budget", "60", "-o", str(tmp_path / "auto.parquet"), "--stats", str(st), "--plot", str(png)]) == 0
+    s = json.loads(st.read_text())
+    runs = s["a_sample_run_fractions"]
+    assert len(runs) >= 2 and all(0 < f <= 1 for f in runs)
+    series = plot_series(s)
+    assert series["fraction read per run"] == {"A": ([float(i) for i in range(len(runs))], runs)}
+    fig, _ = plot_figure(s)
+    assert _lines(fig)["A"] == series["fraction read per run"]["A"]
+    assert _png(png) == (800, 220 * len(series))
