@@ -109,6 +109,24 @@ def estimate_runs(counts: Sequence[int], fractions: Sequence[float]) -> tuple[fl
     return est, [max(float(sum(counts)), est - Z95 * math.sqrt(var)), est + Z95 * math.sqrt(var)]
 
 
+def estimate_spread(count: int, used: dict, other: float = 1.0) -> tuple[float, list[float]]:
+    """A count of items (matched pairs, tuples) over an input read with ``--sample auto``, whose
+    runs had different fractions f_i: the items are taken to be spread over the runs like the
+    records (n_i records in run i), so the sample holds t_i = count f_i n_i / sum f_j n_j of them
+    from run i, each kept with p_i = f_i x ``other`` (the other inputs' fraction).
+    Horvitz-Thompson: sum t_i / p_i (= count / (F x other), F = sum f_i n_i / N), variance
+    sum t_i (1 - p_i) / p_i^2: runs read at a small fraction widen the interval as they should."""
+    fr, n = used.get("run_fractions") or [], used.get("run_counts") or []
+    s = sum(f * m for f, m in zip(fr, n))
+    if not fr or s <= 0:
+        return estimate(count, other)
+    t = [count * f * m / s for f, m in zip(fr, n)]
+    p = [f * other for f in fr]
+    est = sum(ti / pi for ti, pi in zip(t, p))
+    half = Z95 * math.sqrt(sum(ti * (1.0 - pi) / (pi * pi) for ti, pi in zip(t, p)))
+    return est, [max(float(count), est - half), est + half]
+
+
 def used_fraction(path: str) -> tuple[float, Optional[dict]]:
     """The fraction an archive input was read with and, for auto, its reader's counters: the
     fraction is then the expected share of the archive read (sum f_i n_i / N over its runs)."""
@@ -139,12 +157,14 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
     from smerge.datasets.archive import is_archive
 
     p = 1.0
+    autos = []
     for name, path in named:
         if path is not None and is_archive(path):
             f, used = used_fraction(path)
             result[f"{name}_sample_fraction"] = f
             p *= f
             if used is not None:
+                autos.append((f, used))
                 _auto_stats(result, f"{name}_", used)
                 if f < 1 and used.get("run_records") is not None:
                     result[f"{name}_records_estimate"], result[f"{name}_records_estimate_95"] = \
@@ -153,7 +173,11 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
                 result[f"{name}_records_estimate"], result[f"{name}_records_estimate_95"] = \
                     estimate(result[f"{name}_records"], f)
     if p < 1 and isinstance(result.get("matched"), int):
-        result["matched_estimate"], result["matched_estimate_95"] = estimate(result["matched"], p)
+        if autos:  # spread over the (first) auto input's runs; the other input's overall fraction
+            f, used = autos[0]
+            result["matched_estimate"], result["matched_estimate_95"] = estimate_spread(result["matched"], used, p / f)
+        else:
+            result["matched_estimate"], result["matched_estimate_95"] = estimate(result["matched"], p)
     return result
 
 
@@ -170,7 +194,12 @@ def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
             result["sample_run_fractions"] = [None if u is None else list(u.get("run_fractions", [])) for _, u in used]
         prod = math.prod(f for f in fractions if f is not None)
         if prod < 1 and isinstance(result.get("tuples"), int):  # a tuple survives with the product
-            result["tuples_estimate"], result["tuples_estimate_95"] = estimate(result["tuples"], prod)
+            if autos:
+                f = next(f for f, u in used if u is autos[0])
+                result["tuples_estimate"], result["tuples_estimate_95"] = \
+                    estimate_spread(result["tuples"], autos[0], prod / f)
+            else:
+                result["tuples_estimate"], result["tuples_estimate_95"] = estimate(result["tuples"], prod)
     return result
 
 

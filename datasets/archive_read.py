@@ -238,9 +238,12 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     chosen at random (a random permutation's first k_i), every record of them kept.
 
     k_i comes from the feedback of what was read so far (OSCAR's r-UDF): the seconds per record
-    read (reading, merging by time and whatever the consumer did with the records in between),
-    the larger of its average since the first request for a record of this input and its
-    exponentially weighted average over the last runs (a load that arrives is seen at once), times
+    read (reading, merging by time and whatever the consumer did with the records in between,
+    measured from the start of a run to the start of the next), exponentially weighted over the
+    runs after the pilot (weight ``RECENT_WEIGHT`` for the last one: a load that arrives is seen
+    at the next run; the pilot's own rate plans only the run after it, so one-time costs of the
+    start, such as a live stream's first batch or a consumer's imports, do not hold the fraction
+    down for the rest of the read; their time is still spent from the budget), times
     the records the remaining runs would need at k/R, must fit the time left before the
     budget's deadline; k_i is the largest such k, at least one block. The first run has no
     measurement yet (the pilot): its blocks are read one by one in random order until the read
@@ -272,7 +275,7 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
     expected = 0.0
     t0 = t_prev = None
     read = read_prev = 0  # records in the blocks read so far, and by the previous run
-    recent = None  # seconds per record of the last runs (exponentially weighted)
+    pilot = recent = None  # seconds per record of the pilot run; of the runs after it (exponentially weighted)
     if man.runs:  # first-use costs (imports of the Parquet reader: ~1 s) are not a rate to plan with
         read_block(man, min((b for r in man.runs for b in r["blocks"]), key=lambda b: b["bytes"]), read_cols)
     for i, run in enumerate(man.runs):
@@ -280,13 +283,16 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
         t0 = now if t0 is None else t0
         if read_prev:
             rate = (now - t_prev) / read_prev
-            recent = rate if recent is None else RECENT_WEIGHT * rate + (1 - RECENT_WEIGHT) * recent
+            if pilot is None:
+                pilot = rate
+            else:
+                recent = rate if recent is None else RECENT_WEIGHT * rate + (1 - RECENT_WEIGHT) * recent
         r = len(run["blocks"])
         rng = np.random.default_rng([seed, i])
         order = [] if eager else rng.permutation(r).tolist()
         left = budget.deadline - now
-        if read:  # the slower of the average so far and the recent runs: a load that arrives is seen at once
-            rate = max((now - t0) / read, recent or 0.0)
+        if read:  # the runs after the pilot once there are some: one-time costs of the start are not a rate
+            rate = recent if recent is not None else pilot
             if eager:
                 f = plan.choose_copy(copies, rate, left)
                 blocks = blocks_for_fraction(man, i, f)[0]
@@ -317,6 +323,7 @@ def auto_batches(man: Manifest, budget: Budget, seed: int, *, columns: list[str]
         t_prev = now
         plan.done(i)
         fractions.append(f)
+        counters.setdefault("run_counts", []).append(run["count"])
         expected += f * run["count"]
         counters["sample_fraction"] = expected / total if total else 1.0
         table = _merge_run(man, parts, columns, counters)
@@ -349,7 +356,7 @@ class ArchiveBackend:
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             _USED[os.path.realpath(path)] = counters
             if auto:
-                for k in ("run_fractions", "run_records", "blocks_read", "bytes_read", "records_read"):
+                for k in ("run_fractions", "run_records", "run_counts", "blocks_read", "bytes_read", "records_read"):
                     counters.pop(k, None)
                 it = auto_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
             else:

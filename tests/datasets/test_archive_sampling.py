@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.sampling import estimate, estimate_runs
+from smerge.cli.sampling import estimate, estimate_runs, estimate_spread
 from smerge.datasets import open_input
 from smerge.datasets.archive import AppendParams, append, read_manifest
 from smerge.datasets.archive_read import Budget, auto_batches, run_sample, sample_batches
@@ -188,7 +188,9 @@ def test_interval_calibration_fixed_fraction(tmp_path, cached_blocks):
 
 def test_interval_calibration_auto(tmp_path, cached_blocks):
     """With --sample auto the runs have different fractions: Horvitz-Thompson over runs
-    (``estimate_runs``). 200 seeds, simulated clock; coverage about 95%."""
+    (``estimate_runs``, per-run counts known) and over the records' spread (``estimate_spread``,
+    only the total known: matched_estimate, tuples_estimate). 200 seeds, simulated clock;
+    coverage about 95%."""
     arch, table = make_archive(tmp_path)
     man = read_manifest(arch)
     truth = int(np.sum(table.column("cat").to_numpy() == 1))
@@ -197,7 +199,7 @@ def test_interval_calibration_auto(tmp_path, cached_blocks):
     for i in range(len(man.runs)):
         for x in run_sample(man, i, 1.0, 0, ["id"], {}).column("id").to_pylist():
             run_of[x] = i
-    ivs, fr_seen = [], set()
+    ivs, spread, fr_seen = [], [], set()
     cat = table.column("cat").to_numpy()
     for seed in range(200):
         got, counters, _ = read_auto(man, blocks * 0.01 / 3, seed=seed, per_block=0.01, slow=2.0,
@@ -208,8 +210,12 @@ def test_interval_calibration_auto(tmp_path, cached_blocks):
         for x in got.column("id").to_numpy()[cat[got.column("id").to_numpy()] == 1]:
             per_run[run_of[int(x)]] += 1
         ivs.append(estimate_runs(per_run.tolist(), fr)[1])
+        # matched_estimate / tuples_estimate under auto: only the total count is known
+        spread.append(estimate_spread(int(per_run.sum()), counters)[1])
     assert len(fr_seen) > 1  # the fraction did vary over runs
     cov = _coverage(ivs, truth)
+    assert 0.90 <= cov <= 0.99, cov
+    cov = _coverage(spread, truth)
     assert 0.90 <= cov <= 0.99, cov
 
 
