@@ -150,6 +150,16 @@ def owner(bounds: np.ndarray, k1: np.ndarray) -> np.ndarray:
     return own
 
 
+def inside_range(k1: np.ndarray, lo_edge: float, hi_edge: float, pad: float) -> bool:
+    """True when every k1 (none NaN) lies in [lo_edge + pad, hi_edge - pad): the ownership rule
+    then makes this partition each record's owner, lowest and highest partition (``visibility``
+    with eps1 = pad), so the batch needs no per-record rule: two passes over k1 instead of three
+    binary searches and a NaN scan (measured: a fifth of the task CPU at P = 8 on 16M gridded)."""
+    if k1.size == 0:
+        return False
+    return bool(k1.min() - pad >= lo_edge and k1.max() + pad < hi_edge)  # a NaN fails both
+
+
 def visibility(bounds: np.ndarray, k: np.ndarray, eps1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The ownership rule for B records with key matrix ``k``: (owner, lowest and highest
     partition that sees the record). A record with a NaN key is seen by its owner only."""
@@ -287,8 +297,11 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     b_shared, b_owned = _Rows(np.bool_), _Rows(np.bool_)
     counters = {"a": 0, "b_owned": 0, "b_shared_owned": 0, "b_visible": 0}
 
+    lo_edge = bounds[p - 1] if p > 0 else -np.inf
+    hi_edge = bounds[p] if p < bounds.size else np.inf
+
     def select_a(k):
-        if single:
+        if single or inside_range(k[:, 0], lo_edge, hi_edge, 0.0):
             counters["a"] += k.shape[0]
             return None
         mask = owner(bounds, k[:, 0]) == p
@@ -298,6 +311,12 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
     def select_b(k):
         n = k.shape[0]
         if single:
+            counters["b_owned"] += n
+            counters["b_visible"] += n
+            return None
+        if inside_range(k[:, 0], lo_edge, hi_edge, eps1):  # owned here, seen by no other partition
+            b_shared.extend(np.zeros(n, np.bool_))
+            b_owned.extend(np.ones(n, np.bool_))
             counters["b_owned"] += n
             counters["b_visible"] += n
             return None

@@ -1,5 +1,6 @@
 """Task metrics for the parallelism figures (issue 15 item 3): each merge task's Python CPU time
-in the stats, and bench/bench_spark.py's reading of Spark's event log."""
+in the stats, bench/bench_spark.py's reading of Spark's event log, and the tasks' shortcut for
+batches wholly inside their key range (the cost of partitioning)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from spark_data import partially_sorted, write_stream
 
 from smerge.jobs import CGMJob, prepare
 from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.tasks import inside_range, owner, visibility
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import bench_spark  # noqa: E402
@@ -79,3 +81,35 @@ def test_task_metrics_keep_only_smerge_job_groups(tmp_path):
     assert [t["shuffle_read_bytes"] for t in tasks] == [1, 101, 1]
     assert all(t["jvm_cpu"] == 0.005 and t["shuffle_write_bytes"] == 3 and t["deserialize"] == 0.007 for t in tasks)
     assert bench_spark.union_seconds([(t["launch"], t["finish"]) for t in tasks]) == 2.5
+
+
+_k1 = st.one_of(st.sampled_from([0.0, 0.5, 1.0, 2.0, -np.inf, np.inf, np.nan]), st.floats(-3, 3, width=64))
+
+
+@given(bounds=st.lists(st.sampled_from([-1.0, 0.0, 0.5, 1.0, 1.5, 2.0]), max_size=4).map(sorted),
+       k1=st.lists(_k1, min_size=1, max_size=20), k2=st.lists(st.sampled_from([0.0, np.nan]), min_size=20, max_size=20),
+       eps1=st.sampled_from([0.0, 0.25, 0.5, 1e-9]), p=st.integers(0, 4))
+def test_inside_range_agrees_with_the_ownership_rule(bounds, k1, k2, eps1, p):
+    """When a batch is taken as wholly inside partition p, the per-record rule owns every record
+    in p and shows it to p alone (a NaN in another key included)."""
+    b = np.asarray(bounds, dtype=np.float64)
+    p = min(p, b.size)
+    k = np.column_stack([np.asarray(k1), np.asarray(k2[: len(k1)])])
+    lo_edge = b[p - 1] if p > 0 else -np.inf
+    hi_edge = b[p] if p < b.size else np.inf
+    if inside_range(k[:, 0], lo_edge, hi_edge, 0.0):
+        assert (owner(b, k[:, 0]) == p).all()
+    if inside_range(k[:, 0], lo_edge, hi_edge, eps1):
+        own, lo, hi = visibility(b, k, eps1)
+        assert (own == p).all() and (lo == p).all() and (hi == p).all()
+
+
+def test_inside_range_examples():
+    b = np.array([1.0, 2.0])
+    assert inside_range(np.array([1.0, 1.5, 1.9]), 1.0, 2.0, 0.0)
+    assert not inside_range(np.array([1.0, 1.5, 1.9]), 1.0, 2.0, 0.25)  # within eps1 of a boundary: shared
+    assert inside_range(np.array([1.25, 1.5]), 1.0, 2.0, 0.25)
+    assert not inside_range(np.array([1.25, np.nan]), 1.0, 2.0, 0.0)  # NaN k1: the per-record rule
+    assert not inside_range(np.array([1.5, 2.0]), 1.0, 2.0, 0.0)  # 2.0 belongs to the next partition
+    assert not inside_range(np.empty(0), -np.inf, np.inf, 0.0)
+    assert (owner(b, np.array([1.0, 1.5, 1.9])) == 1).all()
