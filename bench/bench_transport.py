@@ -369,7 +369,7 @@ def markdown(res: dict) -> str:
         f"The first lifetime always travels raw (nothing is known yet): {LIFETIME:,} of {n:,} records. "
         f"The targets are met where the support admits the top ~300 (s <= 1 / (300 H_D) = "
         f"{1 / (300 * b['H_D']):.3%}) and the sketch resolves them (30 x 1000: estimate - count at most "
-        f"{_pct(b['noise_tuned']['max'])} of n), with lifetimes long enough for 600 bodies to be small:",
+        f"{b['noise_tuned']['max']:.3%} of n), with lifetimes long enough for 600 bodies to be small:",
         "",
         common.md_table(["sketch", "support", "lifetime", "records", "bytes (none)", "bytes (lz4)", "bytes (zstd)",
                          "filtered", "bodies", "records <= 40%", "bytes <= 50%"],
@@ -389,7 +389,9 @@ def markdown(res: dict) -> str:
     sw = res.get("sweeps")
     if sw:
         lines += ["", f"Sweeps on DataSet-I at Zipf 1.0, {sn:,} records, one parameter changed from the defaults at a "
-                  "time:"]
+                  "time" + (f" (kept from the run of {sw['reused_from'] or 'before the raw batching'}: the same records; "
+                           "the summarised stream then sent one raw batch per lifetime segment, so its bytes were "
+                           "up to ~0.1% higher)" if "reused_from" in sw else "") + ":"]
         for key, title, fmt in (("support", "Support (Figure 6)", lambda r: r["support"]),
                                 ("max_frequent", "At most F frequent items, FDI size (Figure 7)",
                                  lambda r: r["max_frequent"]),
@@ -439,9 +441,9 @@ def markdown(res: dict) -> str:
         s, ip = e["median"], e["in_process_median"]
         lines += ["", f"End to end over loopback: `smerge count grpc://127.0.0.1:PORT/NAME --item item --time t "
                   f"--every {LIFETIME} -o OUT.parquet` of {e['records']:,} records (Zipf 1.0, defaults), whole "
-                  f"process (start-up included), medians of {e['repeats']} interleaved repeats (the first "
-                  "summarised request, which includes the server's summarising, left out of the whole-process "
-                  "median); in-process = `cli.count._count` in the bench's own process:", "",
+                  f"process (start-up included), medians of {e['repeats']} interleaved repeats (the first request "
+                  "to each server left out of the whole-process median: it warms the server up and, for the "
+                  "summarised one, includes the summarising); in-process = `cli.count._count` in the bench's own process:", "",
                   common.md_table(["stream", "seconds (median)", "seconds (all)", "in-process seconds (median)",
                                    "records received", "bytes received"],
                                   [[k, s[k], " ".join(f"{x:.2f}" for x in e["seconds"][k]),
@@ -456,7 +458,9 @@ def markdown(res: dict) -> str:
     load = res.get("load")
     if load:
         lines += ["", f"Load average (1 min) before / after the run: {load[0]} / {load[1]} (shared machine)."]
-    lines += ["", "Machine:", "", common.machine_markdown()]
+    lines += ["", "Machine:", "", common.machine_markdown().replace(
+        "every timing is the best of several interleaved repeats", "timings are from interleaved repeats (medians "
+        "where said; the send/receive seconds of the tables are single runs)")]
     return "\n".join(lines)
 
 
@@ -467,6 +471,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-e2e", action="store_true")
     ap.add_argument("--no-sweeps", action="store_true")
+    ap.add_argument("--reuse-sweeps", action="store_true",
+                    help="keep the sweeps of bench/results/transport.json (they take longest) and rerun the rest")
     ap.add_argument("--no-write", action="store_true", help="print, do not update BENCHMARKS.md")
     ap.add_argument("--render", action="store_true",
                     help="only rewrite the BENCHMARKS.md section from bench/results/transport.json")
@@ -477,11 +483,14 @@ def main() -> int:
         return 0
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
     load0 = os.getloadavg()[0]
-    res: dict = {"main": main_rows(a.n)}
+    res: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "main": main_rows(a.n)}
     t = flights()
     res["real"] = real(t) if t is not None else None
     del t
-    if not a.no_sweeps:
+    if a.reuse_sweeps:
+        old = json.loads((common.RESULTS / "transport.json").read_text())
+        res["sweeps"] = {**old["sweeps"], "reused_from": old.get("date")}
+    elif not a.no_sweeps:
         res["sweeps"] = sweeps(a.sweep_n or a.n)
     if not a.no_e2e:
         res["e2e"] = end_to_end(a.n, a.repeats)
