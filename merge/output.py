@@ -47,13 +47,27 @@ def pair_batch(schema: pa.Schema, a: pa.RecordBatch, b: pa.RecordBatch,
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
+_TAKE = None
+
+
+def _take(data, pos: np.ndarray):
+    """Arrow's take kernel on a RecordBatch or Table. Called through ``pyarrow._compute``:
+    ``batch.take`` imports ``pyarrow.compute``, whose wrappers cost 60-200 ms of a process."""
+    global _TAKE
+    if _TAKE is None:
+        from pyarrow._compute import get_function
+
+        _TAKE = get_function("take")
+    return _TAKE.call([data, pa.array(pos, pa.int64())])
+
+
 def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
     """``batch.take(pos)``: a zero-copy slice for a consecutive run, else Arrow's take (faster
     than numpy's gather plus the conversions, for every type, and it releases the GIL)."""
     n = pos.size
     if n and int(pos[-1]) - int(pos[0]) == n - 1 and (n == 1 or bool((np.diff(pos) == 1).all())):
         return batch.slice(int(pos[0]), n)
-    return batch.take(pa.array(pos, pa.int64()))
+    return _take(batch, pos)
 
 
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
@@ -101,7 +115,7 @@ class RowStore:
             if len(run) == 1:
                 return _gather(run[0][2], pos)
             table = pa.Table.from_batches([b for _, _, b in run], schema=self.schema)
-            return _one_batch(table.take(pa.array(pos, pa.int64())), self.schema)
+            return _one_batch(_take(table, pos), self.schema)
         firsts = np.array([s[0] for s in self._segs], dtype=np.int64)
         seg_of = np.searchsorted(firsts, rows, side="right") - 1
         offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
@@ -117,7 +131,7 @@ class RowStore:
         if hi - lo == 1:
             return _gather(self._segs[lo][2], pos - offsets[lo])
         table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
-        return _one_batch(table.take(pa.array(pos - offsets[lo])), self.schema)
+        return _one_batch(_take(table, pos - offsets[lo]), self.schema)
 
     def release(self, live_rows: np.ndarray, next_row: int) -> None:
         """Drop rows that are not live: ``live_rows`` (any order) plus every row >= ``next_row``.

@@ -1,0 +1,52 @@
+"""What a `smerge cgm --local` process loads and how it sets Arrow's allocator up (issue 11's
+start-up cost): no pandas, no pyarrow.compute (its wrappers alone cost 60-200 ms), mimalloc's
+huge pages off unless the user set MIMALLOC_ALLOW_THP. The run's output is checked too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+PROBE = """
+import json, os, sys
+sys.argv = ["smerge", "cgm", sys.argv[1], sys.argv[2], "--keys", "k", "--eps", "0.05", "--local", "-o", sys.argv[3]]
+from smerge.cli.main import main
+rc = main()
+print(json.dumps({"rc": rc, "pandas": "pandas" in sys.modules, "compute": "pyarrow.compute" in sys.modules,
+                  "thp": os.environ.get("MIMALLOC_ALLOW_THP")}))
+"""
+
+
+def run(tmp_path, env_extra=None):
+    rng = np.random.default_rng(2)
+    n = 300_000  # several batches and a few output flushes: every take path runs
+    base = np.arange(n, dtype=np.float64)
+    a = base[np.argsort(base + rng.integers(0, 50, n))]
+    b = a + rng.uniform(-0.01, 0.01, n)
+    pq.write_table(pa.table({"k": a, "v": np.arange(n, dtype=np.int64)}), tmp_path / "a.parquet")
+    pq.write_table(pa.table({"k": b, "w": np.arange(n, dtype=np.int64)}), tmp_path / "b.parquet")
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_ALLOW_THP"}
+    env.update(env_extra or {})
+    r = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"),
+                        str(tmp_path / "o.parquet")], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1]), pq.read_table(tmp_path / "o.parquet")
+
+
+def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
+    got, out = run(tmp_path)
+    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0"}
+    # every A record meets the B record made from it (B = A + jitter < eps), in order of A's key
+    assert out.num_rows == 300_000
+    assert out["v"].to_pylist() == out["w"].to_pylist()
+
+
+def test_a_users_mimalloc_setting_is_kept(tmp_path):
+    got, _ = run(tmp_path, {"MIMALLOC_ALLOW_THP": "1"})
+    assert got["thp"] == "1" and got["rc"] == 0
