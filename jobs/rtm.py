@@ -259,10 +259,20 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
     stats.extra.update({
         "fetch_a_seconds": pa_it.busy_seconds, "index_build_seconds": build_seconds,
         "client_retries": client.retried, "execution": "local",
-        "server": "embedded" if server is not None else job.server,
+    })
+    return rtm_result(prep, stats, embedded=server is not None)
+
+
+def rtm_result(prep: PreparedMerge, stats: MergeStats, *, embedded: bool, read_here: bool = True) -> dict:
+    """The statistics dict of an RTM run (in-process or on Spark, spec/CLI.md): ``stats`` with the
+    fields both report (server, paths, what B's unmatched means, masked values), written to
+    ``--stats`` when asked. ``read_here``: the inputs were streamed in this process."""
+    job = prep.job
+    stats.extra.update({
+        "server": "embedded" if embedded else job.server,
         "a": job.a, "b": job.b or job.server, "output": prep.output,
         "b_unmatched_definition": "B records never paired with any A record (RTM does not consume B)",
-        **masked_stats(prep),
+        **masked_stats(prep, read_here=read_here),
     })
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
@@ -271,4 +281,4 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
     return result
 
 
-__all__ = ["RTMJob", "prepare_rtm", "run_rtm"]
+__all__ = ["RTMJob", "prepare_rtm", "run_rtm", "rtm_result"]

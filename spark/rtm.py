@@ -41,8 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import SmergeError
-from smerge.jobs.inputs import masked_stats
-from smerge.jobs.outputs import committed, open_outputs, write_stats
+from smerge.jobs.outputs import committed, open_outputs
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
 from smerge.spark.actions import raise_task_error
@@ -229,7 +228,7 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
 
 
 def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs, server, build_seconds) -> dict:
-    from smerge.jobs.rtm import unmatched_b
+    from smerge.jobs.rtm import rtm_result, unmatched_b
 
     sc = run.sc
     job = prep.job
@@ -300,16 +299,8 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
         "partition_rows": [r["a_records"] for r in results],
         "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,
-        "server": "embedded" if server is not None else job.server,
-        "a": job.a, "b": job.b or job.server, "output": prep.output,
-        "b_unmatched_definition": "B records never paired with any A record (RTM does not consume B)",
-        **masked_stats(prep, read_here=False),
     })
-    result = stats.as_dict()
-    result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
-    if job.stats:
-        write_stats(job.stats, result)
-    return result
+    return rtm_result(prep, stats, embedded=server is not None, read_here=False)
 
 
 __all__ = ["run_rtm_spark", "rtm_partition", "plan_ranges", "RTMSparkPlan"]
