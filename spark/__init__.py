@@ -1,8 +1,9 @@
 """Spark execution: the only package that imports pyspark.
 
 - ``session``: start a SparkSession (the JVM's log to a file, workers warmed), its logs;
-  ``runner``: what every runner does around its work (session, staging folder, commit or abort);
-  ``actions``: jobs with a progress bar, task errors mapped to smerge's.
+  ``runner``: the skeleton every runner runs in (session, staging folders removed at the end);
+  ``actions``: jobs with a progress bar, task errors mapped to smerge's; ``parts``: the tasks'
+  part files (written under a temporary name, renamed when complete).
 - The runners: ``cgm`` (planning in ``plan``, the partition task in ``tasks``, seam resolution
   in ``seams``, the final outputs in ``assemble``), ``rtm``, ``wjoin`` (its tasks in
   ``wjoin_tasks``).
