@@ -175,6 +175,11 @@ def merge_summary(s: dict) -> str:
         parts = s.get("partitions")
         lines.append(f"  spark     {s.get('master', '')}, {parts} partition{'s' if parts != 1 else ''}"
                      + (f", session start {s['session_start_seconds']:.1f} s" if "session_start_seconds" in s else ""))
+        if s.get("pairs_check"):  # P > 1: pairs an in-process run is expected to find (smerge.spark.windows)
+            exp = s.get("pairs_expected")
+            lines.append(f"  expected  {s['pairs_check']}" if exp is None else
+                         f"  expected  {exp:,} pairs in-process (estimate), found {s['pairs_found_share']:.1%}: "
+                         f"{s['pairs_check']}")
     elif s.get("execution") == "local":
         lines.append("  ran       in-process")
     if s.get("route"):

@@ -20,6 +20,7 @@ formats are written from the Arrow parts; the staging directory is removed also 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import replace
 
@@ -32,7 +33,8 @@ from smerge.jobs import PreparedMerge, masked_stats, write_stats
 from smerge.merge import MergeStats
 from smerge.spark.actions import arrow_batches, run_job, session_conf, spark_action
 from smerge.spark.assemble import assemble_outputs, finish_parquet
-from smerge.spark.plan import explicit_bounds, plan_frames, plan_slabs, side_spec
+from smerge.spark import windows as pwin
+from smerge.spark.plan import explicit_bounds, frame_order, plan_frames, plan_slabs, side_spec
 from smerge.spark.runner import SparkRun, run_on_spark
 from smerge.spark.seams import raise_partition_errors, report_kappas, resolve_seams
 from smerge.spark.session import DEFAULT_MASTER
@@ -161,9 +163,12 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         scans, bounds = plan_frames(spark, prep, frames, partitions, bounds, own, progress)
         plan_how = {"a": "spark-scan", "b": "spark-scan"}
         runs_a = runs_b = ((),) * (len(bounds) + 1)
+        order = {side: frame_order(scans[side]) for side in ("a", "b")}
     else:
-        bounds, plan_how, runs_a, runs_b = plan_slabs(prep, sc, specs, partitions, bounds, own, progress)
+        bounds, plan_how, runs_a, runs_b, order = plan_slabs(prep, sc, specs, partitions, bounds, own, progress)
     P = len(bounds) + 1
+    windows, density = pwin.plan_windows(prep.params, bounds, *(order or {"a": [], "b": []}).values(),
+                                         pwin.window_mode(own)) if P > 1 else (None, None)
     plan_seconds = time.perf_counter() - t0
 
     # (2) the merge job: executors write the part files
@@ -182,17 +187,27 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
                      want_unmatched=prep.unmatched_paths is not None, source_a=job.a, source_b=job.b,
                      part_format=part_format, out_schema=prep.out_schema if part_format == "parquet" else None,
                      una_schema=una_schema, unb_schema=unb_schema,
-                     prefetch=task_threads,
+                     prefetch=task_threads, windows=windows,
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
+    # The pairs an in-process run would find: estimated on the driver while the merge job runs.
+    estimate = _Estimate(prep, specs, own, order) if P > 1 and not frames else None
     t1 = time.perf_counter()
-    if frames:
-        results = _merge_frames(spark, plan, frames, scans, progress)
-    else:
-        results = run.collect(lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
-                              P, "merge partitions")
+    try:
+        if frames:
+            results = _merge_frames(spark, plan, frames, scans, progress)
+        else:
+            results = run.collect(lambda: sc.parallelize(range(P), P).map(lambda p: run_partition(plan, p)).collect(),
+                                  P, "merge partitions")
+    finally:
+        if estimate is not None:
+            estimate.join()
     job_seconds = time.perf_counter() - t1
     results.sort(key=lambda r: r["p"])
     raise_partition_errors(results)
+    if plan.windows:  # report windows of the job's N, as --local's (the tasks closed them at N_p)
+        for r in results:
+            r["windows"], r["k_windows"] = pwin.regroup_windows(r["windows"], r.get("k_windows", []),
+                                                                prep.params.window_size)
     t2 = time.perf_counter()
     seam = resolve_seams(prep, results)
     if part_format == "parquet":
@@ -237,6 +252,8 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         "b_shared": sum(r["b_shared_owned"] for r in results),
         "seam_pairs": seam["total"], "seam_pairs_dropped": seam["total"] - seam["kept"],
         "partition_pairs": [r["final_pairs"] for r in results],
+        **_partition_stats(plan, density, stats.matched, estimate,
+                           "inputs read by Spark's readers" if frames else "one partition is --local's run"),
         "a": job.a, "b": job.b, "output": prep.output,
     })
     result = stats.as_dict()
@@ -244,6 +261,56 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
     if job.stats:
         write_stats(job.stats, result)
     return result
+
+
+class _Estimate:
+    """``windows.estimate_local_pairs`` in a driver thread (the driver waits for the merge job
+    meanwhile). ``smerge.partition.estimate=false`` turns it off."""
+
+    def __init__(self, prep: PreparedMerge, specs: dict, own: dict, order: dict | None):
+        self.result: dict | None = None
+        self.reason = ""
+        self.seconds = 0.0
+        if str(own.get("smerge.partition.estimate", "true")).lower() in ("false", "0", "no", "off"):
+            self.reason, self._thread = "smerge.partition.estimate=false", None
+            return
+        # record counts: the readers', else the planning's (CSV)
+        n_a, n_b = (src.num_rows if src.num_rows is not None else
+                    (round(sum(per * smp.size for per, smp in order[side])) if order else None)
+                    for side, src in (("a", prep.src_a), ("b", prep.src_b)))
+        self._thread = threading.Thread(target=self._run, args=(specs, prep.params, n_a, n_b),
+                                        name="smerge-estimate", daemon=True)
+        self._thread.start()
+
+    def _run(self, specs, params, n_a, n_b) -> None:
+        t = time.perf_counter()
+        try:
+            if n_a is None or n_b is None:
+                self.reason = "input sizes unknown before the run"
+                return
+            self.result = pwin.estimate_local_pairs(specs["a"], specs["b"], params, n_a, n_b)
+        except Exception as e:  # noqa: BLE001 - the estimate only informs; the merge reports input errors
+            self.reason = f"the estimate failed ({type(e).__name__}: {e})"
+        finally:
+            self.seconds = time.perf_counter() - t
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+
+
+def _partition_stats(plan: MergePlan, density, matched: int, estimate: _Estimate | None, why_not: str) -> dict:
+    """The partitions' windows and densities, and expected vs found pairs (spark.windows)."""
+    if plan.parts == 1:
+        return {}
+    out = {"partition_windows": [list(w) for w in plan.windows] if plan.windows else None,
+           "arrival_density": {k: [round(float(x), 4) for x in v] for k, v in density.items()} if density else None}
+    if estimate is None:
+        out.update(pwin.check(matched, None, why_not))
+    else:
+        out.update(pwin.check(matched, estimate.result, estimate.reason))
+        out["estimate_seconds"] = round(estimate.seconds, 3)
+    return out
 
 
 def _task_threads(own: dict, sc, parts: int) -> bool:

@@ -21,7 +21,8 @@ from smerge.jobs import PreparedMerge
 from smerge.spark.actions import arrow_batches, raise_task_error, run_job, session_conf, spark_action
 from smerge.spark.tasks import SideSpec, key_columns
 
-SAMPLE_PER_CHUNK = 256
+SAMPLE_PER_CHUNK = 256  # k1 values per chunk for the boundaries
+ORDER_PER_CHUNK = 4096  # k1 values per chunk, in arrival order, for the partitions' windows (spark.windows)
 
 
 @dataclass
@@ -35,6 +36,7 @@ class ChunkStats:
     first_nan_row: int = -1
     first_nan_key: str = ""
     sample: np.ndarray = field(default_factory=lambda: np.empty(0))
+    order: np.ndarray = field(default_factory=lambda: np.empty(0))  # evenly spaced, in arrival order
 
 
 SCAN_BATCH_CHUNKS = 8  # the k1 scan reads this many chunks per call (one key column: small)
@@ -89,6 +91,7 @@ def _chunk_stats(side: str, chunk: int, count: int, seg: np.ndarray, k1: str, ro
     if seg.size:
         st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
         st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
+        st.order = seg[::max(1, seg.size // ORDER_PER_CHUNK)].copy()
     return st
 
 
@@ -264,11 +267,12 @@ def explicit_bounds(own: dict) -> tuple[float, ...] | None:
 
 
 def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bounds, own: dict, progress):
-    """Slab pairing: (bounds, how each input was planned, chunk runs of A and B per partition)."""
+    """Slab pairing: (bounds, how each input was planned, chunk runs of A and B per partition,
+    the k1 samples in arrival order per input for ``smerge.spark.windows`` (None with one partition))."""
     job = prep.job
     parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
     if bounds == () or (bounds is None and parts == 1):
-        return (), {"a": "none", "b": "none"}, (((0, specs["a"].outer),),), (((0, specs["b"].outer),),)
+        return (), {"a": "none", "b": "none"}, (((0, specs["a"].outer),),), (((0, specs["b"].outer),),), None
     chunk_stats, plan_how = _plan_chunks(prep, sc, specs, own, progress)
     if job.nan_keys == "error":
         for side, path in (("a", job.a), ("b", job.b)):
@@ -285,7 +289,9 @@ def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bou
                    for p in range(P))
     runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
                                specs["b"].step) for p in range(P))
-    return bounds, plan_how, runs_a, runs_b
+    order = {side: [(st.count / st.order.size, st.order) for st in chunk_stats[side] if st.order.size]
+             for side in ("a", "b")}
+    return bounds, plan_how, runs_a, runs_b, order
 
 
 def plan_frames(spark, prep: PreparedMerge, frames: dict, partitions: int | None, bounds, own: dict, progress):
@@ -308,5 +314,12 @@ def plan_frames(spark, prep: PreparedMerge, frames: dict, partitions: int | None
     return scans, bounds
 
 
+def frame_order(scan) -> list[tuple[float, np.ndarray]]:
+    """The k1 sample of a frame input's scan as one stretch in arrival order (each split's sample
+    is in order; splits come in the order Spark returned them: an approximation)."""
+    return [(scan.count / scan.sample.size, scan.sample)] if scan.sample.size else []
+
+
 __all__ = ["ChunkStats", "scan_chunks", "coord_chunk_stats", "choose_bounds", "needed_runs", "side_spec",
-           "default_partitions", "explicit_bounds", "plan_slabs", "plan_frames", "MIN_PARTITION_RECORDS"]
+           "default_partitions", "explicit_bounds", "plan_slabs", "plan_frames", "frame_order",
+           "MIN_PARTITION_RECORDS"]

@@ -15,7 +15,8 @@ Partitioning (docs/spark.md, "co-partitioning and ownership"):
   to a neighbour when it lies within eps1 of a boundary (it is then *shared*). Every pair A
   can form is therefore visible to the partition that owns its A record.
 - Each partition streams its A and B records in arrival order (ascending row id) through the
-  unchanged CGM engine. Pairs whose B record is not shared are final. Pairs whose B record is
+  unchanged CGM engine, with windows thinned to its share of the arrival order
+  (``smerge.spark.windows``). Pairs whose B record is not shared are final. Pairs whose B record is
   shared are *seam pairs*: the driver keeps, for each shared B record, the pair from its owner
   partition if there is one, else the one from the lowest partition; the A record of a dropped
   seam pair becomes unmatched. So every record is in at most one pair, and the result only
@@ -36,6 +37,7 @@ from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
 from smerge.merge.keys import KeyedBatch, key_matrix
 from smerge.spark.parts import PartWriter
+from smerge.spark.windows import task_params
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,8 @@ class MergePlan:
     una_schema: pa.Schema | None = None
     unb_schema: pa.Schema | None = None
     prefetch: bool = True  # reader threads and a background part writer inside the task
+    # (N, K_A, K_B) per partition (smerge.spark.windows); None: the job's own in every partition
+    windows: tuple[tuple[int, int, int], ...] | None = None
     kill_once_partition: int | None = None
     kill_marker: str | None = None
 
@@ -345,7 +349,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         a_it, b_it = Prefetcher(a_it, 4, "smerge-read-a"), Prefetcher(b_it, 4, "smerge-read-b")
     stats = MergeStats("cgm")
     fmt = plan.part_format
-    params = plan.params
+    params = plan.params if single else task_params(plan.params, plan.windows, p)
     if single and fmt == "parquet":  # no id columns unless the output has them (as --local)
         params = replace(params, with_ids="a_row" in plan.out_schema.names)
     ids_schema = pair_schema(plan.a.schema, plan.b.schema, with_ids=True)

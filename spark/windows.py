@@ -7,8 +7,9 @@ order), N records of p's stream span about 1/d arrival positions for every one o
 stream's, where d is p's share of the records there (about 1/P), so a window of N holds about d
 times as many distinct keys as a window of ``--local``. A sweep pairs a key at most once per
 pass (spec/ENGINES.md section 3, step 3), but a behind window still evicts K - m records: with
-fewer distinct keys per window, m is smaller and each pass evicts more records unmatched. On the
-issue's station data P = 3 found 39% of ``--local``'s pairs, P = 8 14%.
+fewer distinct keys per window, m is smaller and each pass evicts more records unmatched (the
+issue: 4,612 of ``--local``'s 11,864 pairs at P = 3; station data built here: 30% at P = 3, 14%
+at P = 8).
 
 The rule. Partition p runs CGM with the windows of ``--local`` thinned to its share of the
 arrival order:
@@ -62,7 +63,7 @@ def arrival_density(segments, bounds, window: int) -> np.ndarray:
         s = np.asarray(sample, dtype=np.float64)
         s = s[~np.isnan(s)]
         m = s.size
-        if m == 0:
+        if m < 2:  # no neighbours to count
             continue
         own = owner_of(bounds, s)
         w = int(min(m, max(2, math.ceil(window / max(per, 1e-12)))))
@@ -70,15 +71,10 @@ def arrival_density(segments, bounds, window: int) -> np.ndarray:
         for p in np.unique(own):
             c = np.concatenate([[0], np.cumsum(own == p)])
             mine = own == p
-            share = (c[lo + w] - c[lo])[mine] / w
+            share = ((c[lo + w] - c[lo])[mine] - 1) / (w - 1)  # the others around it: unbiased
             num[p] += per * share.sum()
             den[p] += per * mine.sum()
     return np.where(den > 0, num / np.where(den > 0, den, 1), 1.0)
-
-
-def chunk_segments(chunk_stats) -> list[tuple[float, np.ndarray]]:
-    """``arrival_density``'s segments from the planning's chunk statistics (``ChunkStats``)."""
-    return [(st.count / st.sample.size, st.sample) for st in chunk_stats if st.sample.size]
 
 
 def partition_windows(params: CGMParams, dens_a: np.ndarray, dens_b: np.ndarray) -> tuple[tuple[int, int, int], ...]:
@@ -115,12 +111,44 @@ def plan_windows(params: CGMParams, bounds, segments_a, segments_b, mode: str):
 
 
 def window_mode(own: dict) -> str:
+    """``--conf smerge.partition.windows``: ``scaled`` (the rule), ``fixed`` (every partition runs
+    the job's N and K), ``auto`` (default): scaled, except with boundaries given by
+    ``smerge.bounds`` (expert use: a given partitioning reproduced exactly, whichever plan reads
+    the inputs, as the slab and shuffle plans sample k1 differently)."""
     from smerge.errors import UsageError
 
-    v = str(own.get("smerge.partition.windows", "scaled")).lower()
-    if v not in ("scaled", "fixed"):
-        raise UsageError(f"--conf smerge.partition.windows={v!r}: use scaled or fixed")
+    v = str(own.get("smerge.partition.windows", "auto")).lower()
+    if v not in ("auto", "scaled", "fixed"):
+        raise UsageError(f"--conf smerge.partition.windows={v!r}: use auto, scaled or fixed")
+    if v == "auto":
+        return "fixed" if own.get("smerge.bounds") else "scaled"
     return v
+
+
+def regroup_windows(counts, k_windows, n: int) -> tuple[list[list[int]], list]:
+    """A partition's report windows (matched, retired) -- closed every N_p retired A records by
+    its engine -- grouped again until at least ``n`` (the job's N) records of A are retired, the
+    short group at the end joining the one before it (spec section 4), so the run's report
+    windows are as large as ``--local``'s. Group ends are window ends, so a seam pair's position
+    among the partition's pairs still names its window. K of a group: its first window's."""
+    counts = [tuple(c) for c in counts]
+    groups: list[list[int]] = []
+    ks: list = []
+    cur, start = [0, 0], 0
+    for i, (m, r) in enumerate(counts):
+        cur[0] += m
+        cur[1] += r
+        if cur[1] >= n:
+            groups.append(cur)
+            ks.append(k_windows[start] if start < len(k_windows) else None)
+            cur, start = [0, 0], i + 1
+    if cur[1] or cur[0]:
+        if groups:
+            groups[-1] = [groups[-1][0] + cur[0], groups[-1][1] + cur[1]]
+        else:
+            groups.append(cur)
+            ks.append(k_windows[start] if start < len(k_windows) else None)
+    return groups, [k for k in ks if k is not None]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -138,8 +166,10 @@ def _stretches(n_a: int, outer_a: int | None, inner_a: int, window: int):
     None: the whole input."""
     s = max(20 * window, ESTIMATE_MIN_STRETCH)
     k = max(1, min(ESTIMATE_STRETCHES, ESTIMATE_MAX_RECORDS // s))
-    if outer_a is None or n_a <= k * s * 1.5:
+    if n_a <= k * s * 1.5:
         return None, 0
+    if outer_a is None:
+        raise ValueError("A's chunks are unknown before it is read (CSV); stretches need them")
     so = max(1, -(-s // inner_a))
     starts = [round(i * (outer_a - so) / max(1, k - 1)) for i in range(k)] if k > 1 else [(outer_a - so) // 2]
     return [(x, x + so) for x in starts], 2 * window
@@ -194,15 +224,5 @@ def check(matched: int, estimate: dict | None, reason: str = "") -> dict:
             "pairs_check": "ok" if ok else f"below {TARGET:.0%} of the in-process run's expected pairs"}
 
 
-def summary_line(stats: dict) -> str | None:
-    """One line for the run's summary when the check failed (None otherwise)."""
-    chk = stats.get("pairs_check")
-    if not chk or chk == "ok" or chk.startswith("not estimated"):
-        return None
-    return (f"partitions: {stats.get('matched', 0):,} pairs found, an in-process run is expected to find "
-            f"{stats['pairs_expected']:,} ({stats['pairs_found_share']:.1%}); fewer --partitions keep more "
-            "(docs/spark.md, 'Windows of a partition')")
-
-
-__all__ = ["TARGET", "arrival_density", "chunk_segments", "partition_windows", "task_params", "plan_windows",
-           "window_mode", "estimate_local_pairs", "check", "summary_line"]
+__all__ = ["TARGET", "arrival_density", "partition_windows", "task_params", "plan_windows", "regroup_windows",
+           "window_mode", "estimate_local_pairs", "check"]
