@@ -163,6 +163,7 @@ def _serve(path, *extra):
     return p, url
 
 
+@pytest.mark.slow
 def test_hybrid_live_stream_against_an_archive(ab, arch, tmp_path, capsys, monkeypatch):
     p, url = _serve(ab[1], "--keys", "t")
     try:
