@@ -11,8 +11,11 @@ Routes, each a fresh process timed from start to exit (imports included), Parque
 - polars: read both, sort, `join_asof(strategy="nearest", tolerance=0.05)`, drop the unmatched,
   write;
 - pandas: the same with `merge_asof(direction="nearest", tolerance=0.05)`.
-Best of R interleaved runs each (a shared 2-core machine). Start-up cost is measured apart
-(`python -c "import smerge.cli.main"`, `import polars`, `import pandas`).
+R interleaved rounds (smerge, polars, pandas, smerge, ...; a shared 2-core machine): the medians
+of each route and the median of the per-round ratios (a round's routes ran back to back, so its
+ratio is less moved by the machine's load drifting than the ratio of two medians); the best
+runs too. Start-up cost is measured apart (`python -c "import smerge.cli.main"`, `import
+polars`, `import pandas`), and the load average before and after is recorded.
 
 Usage: .venv/bin/python bench/bench_asof.py [--records 3000000] [--repeat 3] [--write BENCHMARKS.md]
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,7 +90,7 @@ def timed(cmd: list[str]) -> tuple[float, str]:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=3_000_000)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--write", default=None)
     a = ap.parse_args(argv)
     smerge = str(Path(PY).with_name("smerge"))
@@ -99,44 +103,54 @@ def main(argv=None) -> int:
             "polars join_asof": lambda o: [PY, "-c", POLARS.format(eps=EPS), fa, fb, o],
             "pandas merge_asof": lambda o: [PY, "-c", PANDAS.format(eps=EPS), fa, fb, o],
         }
-        best = {k: float("inf") for k in routes}
-        phases = {}
+        times = {k: [] for k in routes}
+        phases_all = []
+        load_before = os.getloadavg()[0]
         for _ in range(a.repeat):
             for name, cmd in routes.items():
                 out = str(d / f"{name.split()[0]}.parquet")
                 dt, so = timed(cmd(out))
-                best[name] = min(best[name], dt)
+                times[name].append(dt)
                 if name.startswith("smerge"):
                     s = json.loads(so)
-                    phases = {k: s[k] for k in ("fetch_seconds", "merge_seconds", "write_seconds", "total_seconds")}
+                    phases_all.append({k: s[k] for k in ("fetch_seconds", "merge_seconds", "write_seconds",
+                                                         "total_seconds")})
                     t = pq.read_table(out, columns=["v_b"])
                     pairs = (s["matched"], round(float(pa.compute.sum(t["v_b"].cast(pa.float64())).as_py()), 3))
                 else:
                     n, chk = so.split()
                     got = (int(n), round(float(chk), 3))
                     assert got[0] == pairs[0] and abs(got[1] - pairs[1]) < 1e-3 * max(1, abs(pairs[1])), (name, got, pairs)
-        startup = {k: min(timed([PY, "-c", c])[0] for _ in range(a.repeat)) for k, c in
+        startup = {k: statistics.median(timed([PY, "-c", c])[0] for _ in range(a.repeat)) for k, c in
                    (("smerge", "import smerge.cli.main"), ("polars", "import polars"), ("pandas", "import pandas"))}
-    rows = [(k, v, v / best["polars join_asof"], v / best["pandas merge_asof"]) for k, v in best.items()]
+        load = (load_before, os.getloadavg()[0])
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = {k: (statistics.median(x / y for x, y in zip(v, times["polars join_asof"])),
+                 statistics.median(x / y for x, y in zip(v, times["pandas merge_asof"]))) for k, v in times.items()}
+    rows = [(k, med[k], min(times[k]), *ratio[k]) for k in routes]
+    phases = {k: statistics.median(p[k] for p in phases_all) for k in phases_all[0]}
     for r in rows:
-        print(f"{r[0]}: {r[1]:.2f} s ({r[2]:.2f}x polars, {r[3]:.2f}x pandas)")
-    print("smerge phases:", phases, "| start-up:", startup, "| pairs:", pairs[0])
+        print(f"{r[0]}: median {r[1]:.2f} s, best {r[2]:.2f} s ({r[3]:.2f}x polars, {r[4]:.2f}x pandas, "
+              "medians of the per-round ratios)")
+    print("smerge phases (medians):", phases, "| start-up:", startup, "| pairs:", pairs[0], "| load:", load)
     if a.write:
-        write_section(a, rows, phases, startup, pairs[0])
+        write_section(a, rows, phases, startup, pairs[0], load)
     return 0
 
 
-def write_section(a, rows, phases, startup, pairs) -> None:
+def write_section(a, rows, phases, startup, pairs, load) -> None:
     lines = ["Machine:", "", common.machine_markdown(), "",
              f"{a.records:,} + {a.records:,} records, one float64 key (2% of each stream displaced up to 1,000 "
              f"positions), eps {EPS}; every route finds the same {pairs:,} pairs (asserted). Whole processes, Parquet "
-             f"in and out, best of {a.repeat} interleaved runs. Reproduce: `.venv/bin/python bench/bench_asof.py "
-             f"--records {a.records} --write BENCHMARKS.md` (or each command under `/usr/bin/time -v`).", "",
-             "| route | seconds | vs polars | vs pandas |", "|---|---|---|---|"]
-    for name, s, rp, rd in rows:
-        lines.append(f"| {name} | {s:.2f} | {rp:.2f}x | {rd:.2f}x |")
-    lines += ["", "smerge's own phases (its statistics): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
-              + "; start-up (imports): " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()) + "."]
+             f"in and out, {a.repeat} interleaved rounds; load average {load[0]:.1f} before and {load[1]:.1f} after "
+             "on the 2 cores. Ratios are the medians of the per-round ratios. Reproduce: "
+             f"`.venv/bin/python bench/bench_asof.py --records {a.records} --repeat {a.repeat} --write BENCHMARKS.md` "
+             "(or each command under `/usr/bin/time -v`).", "",
+             "| route | median s | best s | vs polars | vs pandas |", "|---|---|---|---|---|"]
+    for name, s, b, rp, rd in rows:
+        lines.append(f"| {name} | {s:.2f} | {b:.2f} | {rp:.2f}x | {rd:.2f}x |")
+    lines += ["", "smerge's own phases (its statistics, medians): " + ", ".join(f"{k} {v:.2f} s" for k, v in phases.items())
+              + "; start-up (imports, medians): " + ", ".join(f"{k} {v:.2f} s" for k, v in startup.items()) + "."]
     common.replace_section("asof", "\n".join(lines), a.write, heading="CGM as a whole process beside polars and pandas as-of joins")
 
 
