@@ -269,9 +269,13 @@ KEYS = ("job", "session", "plan", "merge_job", "assemble", "task_total", "scan_t
         "input_bytes", "shuffle_bytes", "result_bytes", "tasks", "wall")
 
 
-def parallelism(args) -> list[str]:
+PAR_JSON = os.path.join(RESULTS, "spark_parallelism.json")
+
+
+def parallelism(args) -> dict:
     """Spark's task metrics at P = 1 and larger P (one thread per task, ``--par-master``) on
-    gridded and point-list inputs; the targets of issue 15 item 3 and the predicted speedups."""
+    gridded and point-list inputs, saved to ``PAR_JSON`` after every run (``--render`` makes the
+    tables from what a stopped measurement saved)."""
     n = int(args.par_records)
     inputs = {}
     for kind, rnd in (("gridded", 0), ("point list", 5)):
@@ -285,31 +289,43 @@ def parallelism(args) -> list[str]:
         ps = [1, *ps]
     out = os.path.join(args.dir, "out-par.parquet")
     log_dir = os.path.join(args.dir, "eventlog")
-    load = [os.getloadavg()]
-    runs: dict = {(k, p): [] for k in inputs for p in ps}
+    saved = {"records": n, "master": args.par_master, "ps": ps, "repeat": args.par_repeat, "machine": machine(),
+             "load": [os.getloadavg()], "runs": {f"{k} P={p}": [] for k in inputs for p in ps}}
+    os.makedirs(RESULTS, exist_ok=True)
     for r in range(args.par_repeat):  # interleaved: round r runs every configuration once
         for kind, (a, b) in inputs.items():
             for p in ps:
                 m = measure_run(a, b, out, args.par_master, p, log_dir)
                 m["load"] = os.getloadavg()[0]
-                runs[(kind, p)].append(m)
+                saved["runs"][f"{kind} P={p}"].append(m)
+                saved["load_now"] = os.getloadavg()
+                with open(PAR_JSON + ".tmp", "w") as f:
+                    json.dump(saved, f, indent=1)
+                os.replace(PAR_JSON + ".tmp", PAR_JSON)
                 print(f"round {r}: {kind} P={p}: job {m['job']:.2f} s, tasks {m['task_total']:.2f} s, "
                       f"max/mean {m['task_max'] / m['task_mean']:.2f}, serial {m['serial']:.2f} s, "
                       f"load {m['load']:.1f}", file=sys.stderr)
-    load.append(os.getloadavg())
-    med = {key: {k: _median(rs, k) for k in KEYS} for key, rs in runs.items()}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "spark_parallelism.json"), "w") as f:
-        json.dump({"records": n, "master": args.par_master, "repeat": args.par_repeat, "load": load,
-                   "runs": {f"{k} P={p}": rs for (k, p), rs in runs.items()}}, f, indent=1)
+    return saved
 
+
+def render_parallelism(saved: dict) -> list[str]:
+    """The tables, targets and predicted speedups of a (possibly stopped) --parallelism run."""
+    n, ps = saved["records"], saved["ps"]
+    inputs = list(dict.fromkeys(k.rsplit(" P=", 1)[0] for k in saved["runs"]))
+    runs = {(k, p): saved["runs"][f"{k} P={p}"] for k in inputs for p in ps if saved["runs"].get(f"{k} P={p}")}
+    rounds = min(len(rs) for rs in runs.values())
+    load = [saved["load"][0], saved.get("load_now", saved["load"][0])]
+    med = {key: {k: _median(rs, k) for k in KEYS} for key, rs in runs.items()}
+    args = argparse.Namespace(par_master=saved["master"], ps=",".join(map(str, ps)), par_repeat=saved["repeat"])
+    inputs = [k for k in inputs if (k, 1) in med]
+    ps = [p for p in ps if all((k, p) in med for k in inputs)]
     cpu = all(m["cpu_total"] is not None for m in med.values())
     lines = [f"### Parallelism from Spark's task metrics ({n / 1e6:g}M + {n / 1e6:g}M records, {args.par_master}, "
              "one thread per task)", "",
-             f"Machine: {machine()}. "
+             f"Machine: {saved['machine']}. "
              f"Reproduce: `.venv/bin/python bench/bench_spark.py --parallelism --par-records {n:g} --ps {args.ps} "
              f"--par-repeat {args.par_repeat} --write` (every run a fresh `smerge cgm` process; medians of "
-             f"{args.par_repeat} interleaved rounds; load average {load[0][0]:.1f} / {load[0][1]:.1f} at the start, "
+             f"{rounds} interleaved rounds{'' if rounds == args.par_repeat else f' of {args.par_repeat} asked (stopped)'}; load average {load[0][0]:.1f} / {load[0][1]:.1f} at the start, "
              f"{load[1][0]:.1f} / {load[1][1]:.1f} at the end (1 / 5 min)). Task figures are Spark's own metrics "
              "from the run's event log (`spark.eventLog.enabled`): Executor Run Time per task, launch and "
              "finish times; \"Python CPU\" is the Python worker's CPU time per merge task (`task_cpu_seconds` "
@@ -320,15 +336,16 @@ def parallelism(args) -> list[str]:
              + ("merge tasks' Python CPU s | vs P=1 | CPU slowest / mean | " if cpu else "")
              + "busy s | driver serial s | % of job | plan s | assemble s | input / shuffle bytes | session s |",
              "|---|---|---|---|---|---|" + ("---|---|---|" if cpu else "") + "---|---|---|---|---|---|---|"]
-    for (kind, p), m in med.items():
-        one = med[(kind, 1)]
-        row = (f"| {kind} | {p} | {m['job']:.2f} | {m['task_total']:.2f} ({m['scan_total']:.2f} + {m['merge_total']:.2f}) | "
-               f"{m['task_total'] / one['task_total']:.2f}x | {m['task_max'] / m['task_mean']:.2f} | ")
-        if cpu:
-            row += f"{m['cpu_total']:.2f} | {m['cpu_total'] / one['cpu_total']:.2f}x | {m['cpu_max'] / m['cpu_mean']:.2f} | "
-        row += (f"{m['busy']:.2f} | {m['serial']:.2f} | {100 * m['serial'] / m['job']:.1f}% | {m['plan']:.2f} | "
-                f"{m['assemble']:.2f} | {m['input_bytes']:.0f} / {m['shuffle_bytes']:.0f} | {m['session']:.1f} |")
-        lines.append(row)
+    for kind in inputs:
+        for p in ps:
+            m, one = med[(kind, p)], med[(kind, 1)]
+            row = (f"| {kind} | {p} | {m['job']:.2f} | {m['task_total']:.2f} ({m['scan_total']:.2f} + {m['merge_total']:.2f}) | "
+                   f"{m['task_total'] / one['task_total']:.2f}x | {m['task_max'] / m['task_mean']:.2f} | ")
+            if cpu:
+                row += f"{m['cpu_total']:.2f} | {m['cpu_total'] / one['cpu_total']:.2f}x | {m['cpu_max'] / m['cpu_mean']:.2f} | "
+            row += (f"{m['busy']:.2f} | {m['serial']:.2f} | {100 * m['serial'] / m['job']:.1f}% | {m['plan']:.2f} | "
+                    f"{m['assemble']:.2f} | {m['input_bytes']:.0f} / {m['shuffle_bytes']:.0f} | {m['session']:.1f} |")
+            lines.append(row)
     lines += ["", "Predicted speedup on n cores (P = n; model in docs/spark.md, \"Parallelism model\"): "
               "T(n) = S_n + b_n W_n / n, speedup T_1 / T(n).", "",
               "| inputs | n | driver serial S_n s | task time W_n s | c_n = W_n / W_1 | b_n | T(n) s | speedup | "
@@ -374,11 +391,18 @@ def main() -> None:
     ap.add_argument("--ps", default="1,8,32", help="partition counts (P = 1 is always run)")
     ap.add_argument("--par-master", default="local[1]")
     ap.add_argument("--par-repeat", type=int, default=3)
+    ap.add_argument("--render", action="store_true",
+                    help="the --parallelism tables from bench/results/spark_parallelism.json (no measurement)")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
     os.makedirs(args.dir, exist_ok=True)
-    if args.parallelism:
-        text = "\n".join(parallelism(args))
+    if args.parallelism or args.render:
+        if args.render:
+            with open(PAR_JSON) as f:
+                saved = json.load(f)
+        else:
+            saved = parallelism(args)
+        text = "\n".join(render_parallelism(saved))
         print(text)
         if args.write:
             sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
