@@ -188,3 +188,17 @@ def test_hybrid_live_stream_against_an_archive(ab, arch, tmp_path, capsys, monke
     finally:
         p.terminate()
         p.wait(timeout=30)
+
+
+def test_auto_from_the_environment(arch, tmp_path, capsys, monkeypatch):
+    """SMERGE_ARCHIVE_SAMPLE=auto with SMERGE_ARCHIVE_BUDGET: every archive input of any command."""
+    monkeypatch.setenv("SMERGE_ARCHIVE_SAMPLE", "auto")
+    monkeypatch.setenv("SMERGE_ARCHIVE_BUDGET", "600")
+    rc, so, se = run_cli(capsys, "count", arch, "--item", "cat", "--time", "t", "--every", "1000", "--json")
+    assert rc == 0, se
+    s = json.loads(so)
+    assert s["sample_mode"] == "auto" and s["sample_budget"] == 600 and set(s["sample_run_fractions"]) == {1.0}
+    assert s["records_received"] == 6000 and s["estimated_answers"] == 0
+    monkeypatch.delenv("SMERGE_ARCHIVE_BUDGET")
+    rc, so, se = run_cli(capsys, "count", arch, "--item", "cat", "--time", "t", "--every", "1000", "--json")
+    assert rc == 2 and len(se.strip().splitlines()) == 1 and "SMERGE_ARCHIVE_BUDGET" in se, se
