@@ -148,16 +148,33 @@ def _is_text(magic: bytes) -> bool:
     return True
 
 
+# Built-in formats whose magic number no other built-in backend claims: such a file is opened
+# by importing its backend alone (the netCDF, archive and Flight modules cost tens of ms of a
+# process that reads Parquet).
+_UNIQUE_MAGIC = ((b"PAR1", "parquet", "parquet"), (b"ARROW1", "arrow", "arrow_ipc"))
+_BUILTIN = {"archive", "arrow", "csv", "flight", "netcdf", "parquet"}
+
+
 def guess_backend(path: str, fmt: str | None = None) -> Backend:
     """The backend for ``path``: the one named by ``fmt``, else by content (magic number, then
     CSV sniffing), else by extension. A file whose extension names a format its content does
     not match is refused as not readable in that format (corrupt, truncated, or misnamed)."""
+    magic = None
+    if fmt is None and set(_REGISTRY) <= _BUILTIN:  # no third-party backend could claim the file first
+        magic = read_magic(path)
+        for prefix, name, module in _UNIQUE_MAGIC:
+            if magic.startswith(prefix):
+                import importlib
+
+                importlib.import_module(f"smerge.datasets.{module}")
+                return _REGISTRY[name]
     regs = backends()
     if fmt is not None:
         if fmt not in regs:
             raise InputError(f"unknown input format {fmt!r}; use one of {', '.join(sorted(regs))}")
         return regs[fmt]
-    magic = read_magic(path)
+    if magic is None:
+        magic = read_magic(path)
     # Formats with a magic number first; CSV (which can only be sniffed) last.
     ordered = sorted(regs.values(), key=lambda b: b.name == "csv")
     # 1. By content alone: with no path, a backend has no extension to go by.

@@ -69,10 +69,15 @@ def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
     input (DATA.md section 3); ``None`` for a B behind a running server (not read here).
     ``read_here``: the whole inputs were streamed in this process (else they are counted by a
     read of the variables that have such attributes)."""
-    from smerge.datasets.netcdf import masked_values
+    def masked(src) -> int:
+        if src.grid is None:  # not netCDF: no valid_* attributes (and no netCDF module to import)
+            return 0
+        from smerge.datasets.netcdf import masked_values
 
-    b = None if prep.src_b.format == "flight" else masked_values(prep.src_b, read_here=read_here)
-    return {"a_masked": masked_values(prep.src_a, read_here=read_here), "b_masked": b}
+        return masked_values(src, read_here=read_here)
+
+    b = None if prep.src_b.format == "flight" else masked(prep.src_b)
+    return {"a_masked": masked(prep.src_a), "b_masked": b}
 
 
 def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:

@@ -1,6 +1,6 @@
 """What a `smerge cgm --local` process loads and how it sets Arrow's allocator up (issue 11's
-start-up cost): no pandas, no pyarrow.compute (its wrappers alone cost 60-200 ms), mimalloc's
-huge pages off unless the user set MIMALLOC_ALLOW_THP. The run's output is checked too."""
+start-up cost): no pandas, no pyarrow.compute (its wrappers alone cost 60-200 ms), no netCDF
+backend for Parquet inputs, mimalloc's huge pages off unless the user set MIMALLOC_ALLOW_THP. The run's output is checked too."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ sys.argv = ["smerge", "cgm", sys.argv[1], sys.argv[2], "--keys", "k", "--eps", "
 from smerge.cli.main import main
 rc = main()
 print(json.dumps({"rc": rc, "pandas": "pandas" in sys.modules, "compute": "pyarrow.compute" in sys.modules,
-                  "thp": os.environ.get("MIMALLOC_ALLOW_THP")}))
+                  "thp": os.environ.get("MIMALLOC_ALLOW_THP"), "netcdf": "smerge.datasets.netcdf" in sys.modules,
+                  "netCDF4": "netCDF4" in sys.modules}))
 """
 
 
@@ -41,7 +42,7 @@ def run(tmp_path, env_extra=None):
 
 def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
     got, out = run(tmp_path)
-    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0"}
+    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0", "netcdf": False, "netCDF4": False}
     # every A record meets the B record made from it (B = A + jitter < eps), in order of A's key
     assert out.num_rows == 300_000
     assert out["v"].to_pylist() == out["w"].to_pylist()
