@@ -106,6 +106,9 @@ def _pyarrow_without_pandas() -> None:
         sys.meta_path.remove(finder)
 
 
+_NEVER_SPARK = {"count", "archive"}  # commands that run in-process only (no pandas objects reach pyarrow)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point; usage errors become one line on stderr and exit code 2.
 
@@ -117,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
-    if argv is None and "--local" in sys.argv[1:]:
+    if argv is None and ("--local" in sys.argv[1:] or sys.argv[1:2] and sys.argv[1] in _NEVER_SPARK):
         _pyarrow_without_pandas()
     try:
         rv = app(args=argv, prog_name="smerge", standalone_mode=False)

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError
+from smerge.merge.keys import numpy_view
 
 _UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9,
             "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
@@ -57,13 +58,21 @@ def time_values(col: pa.Array | pa.ChunkedArray, column: str = "time") -> np.nda
         raise InputError(f"time column {column!r} has {col.null_count:,} missing value(s); every record needs a time")
     t = col.type
     if pa.types.is_floating(t):
-        v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        v = _numpy(pc.cast(col, pa.float64()))
         if np.isnan(v).any():
             raise InputError(f"time column {column!r} has NaN; every record needs a time")
         return v
     if pa.types.is_date32(t):
         col = pc.cast(col, pa.int32())
-    return np.asarray(pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False), np.int64)
+    return _numpy(pc.cast(col, pa.int64()))
+
+
+def _numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A null-free numeric column as numpy through its buffers (``to_numpy`` imports pandas: ~0.7 s)."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if len(chunks) == 1:
+        return numpy_view(chunks[0])
+    return np.concatenate([numpy_view(c) for c in chunks]) if chunks else np.empty(0, col.type.to_pandas_dtype())
 
 
 def duration_ticks(text: str | float, t: pa.DataType, what: str) -> int | float:
@@ -144,7 +153,7 @@ class ItemCounts:
             return
         # numpy, not Acero's group_by: buffers received over Flight may be unaligned for Acero
         enc = pc.dictionary_encode(items)
-        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+        codes = _numpy(enc.indices).astype(np.int64)
         nd = max(1, len(enc.dictionary))
         lo = int(ids.min())
         if (int(ids.max()) - lo + 1) * nd <= 4 * len(codes) + 4096:  # few intervals: count in place, no sort
@@ -163,8 +172,8 @@ class ItemCounts:
 
     def _compact(self) -> None:
         t = pa.concat_tables(self._parts)
-        iv, items, inv = _group_items(t.column("iv").to_numpy(), t.column("item").combine_chunks())
-        n = np.bincount(inv, weights=t.column("n").to_numpy(), minlength=len(iv))
+        iv, items, inv = _group_items(_numpy(t.column("iv")), t.column("item").combine_chunks())
+        n = np.bincount(inv, weights=_numpy(t.column("n")), minlength=len(iv))
         t = pa.table({"iv": iv, "item": items, "n": np.rint(n).astype(np.int64)})
         self._parts = [t]
         self._rows = t.num_rows
@@ -186,18 +195,18 @@ class ItemCounts:
         if self._parts:
             self._compact()
             p = self._parts[0]
-            ivs.append(p.column("iv").to_numpy())
+            ivs.append(_numpy(p.column("iv")))
             items.append(p.column("item").combine_chunks())
-            counts.append(p.column("n").to_numpy().astype(np.float64))
+            counts.append(_numpy(p.column("n")).astype(np.float64))
             exact.append(np.ones(p.num_rows, bool))
         if self._bodies:
             if lifetime is None:
                 raise ValueError("bodies need the lifetime length")
             b = pa.concat_tables(self._bodies).group_by(["v", "item"]).aggregate(
                 [("count", "sum"), ("corrected", "any")]).rename_columns(["v", "item", "count", "corrected"])
-            v = b.column("v").to_numpy()
-            total = b.column("count").to_numpy().astype(np.float64)
-            sure = (correct_factor == 0) | b.column("corrected").to_numpy(zero_copy_only=False)
+            v = _numpy(b.column("v"))
+            total = _numpy(b.column("count")).astype(np.float64)
+            sure = (correct_factor == 0) | _numpy(pc.cast(b.column("corrected"), pa.uint8())).astype(bool)
             for iv, pos, share in self._shares(v, lifetime):
                 ivs.append(np.full(len(pos), iv, np.int64))
                 items.append(b.column("item").take(pa.array(pos)).combine_chunks())
@@ -209,7 +218,7 @@ class ItemCounts:
         count = np.bincount(inv, weights=np.concatenate(counts), minlength=len(iv))
         estimated = np.bincount(inv, weights=~np.concatenate(exact), minlength=len(iv)) > 0
         t = pa.table({"iv": iv, "item": item, "count": count, "exact": ~estimated})
-        t = t.filter(pc.greater(pc.abs(t.column("count")), 0)).sort_by([("iv", "ascending"), ("item", "ascending")])
+        t = t.filter(pa.array(count != 0)).sort_by([("iv", "ascending"), ("item", "ascending")])
         return self._bounds(t)
 
     def _shares(self, v: np.ndarray, length: int | float):
@@ -229,7 +238,7 @@ class ItemCounts:
                     yield j, pos, 1.0 if overlap >= length else overlap / length
 
     def _bounds(self, t: pa.Table) -> pa.Table:
-        iv = t.column("iv").to_numpy()
+        iv = _numpy(t.column("iv"))
         if self.every is not None:
             start, end = iv * self.every, (iv + 1) * self.every
         else:
@@ -276,6 +285,6 @@ def _group(iv: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 def _group_items(iv: np.ndarray, items: pa.Array) -> tuple[np.ndarray, pa.Array, np.ndarray]:
     """Distinct (iv, item) pairs: (their iv, their items, the pair of every row)."""
     enc = pc.dictionary_encode(items)
-    codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    codes = _numpy(enc.indices).astype(np.int64)
     giv, first, inv = _group(np.asarray(iv, np.int64), codes)
     return giv, items.take(pa.array(first)), inv

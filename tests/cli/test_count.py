@@ -115,3 +115,16 @@ def test_summarised_and_plain_streams_equal_the_local_counts(zipf, tmp_path, mon
 def test_serve_summarize_needs_all_three(zipf, capsys):
     rc, _, err = run_cli(capsys, "serve", zipf, "--port", "0", "--summarize", "item")
     assert rc == 2 and "--lifetime" in err
+
+
+def test_count_process_does_not_import_pandas(zipf, tmp_path):
+    """pandas costs ~0.7 s of start-up, inside a --budget; count never needs it."""
+    out = tmp_path / "c.parquet"
+    code = ("import sys; from smerge.cli.main import main\n"
+            "sys.argv = ['smerge'] + sys.argv[1:]\n"
+            "rc = main(); print('pandas' in sys.modules); sys.exit(rc)\n")
+    p = subprocess.run([sys.executable, "-c", code, "count", str(zipf), "--item", "item", "--time", "t",
+                        "--every", "10000", "-o", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().splitlines()[-1] == "False"
+    assert pq.read_table(out).num_rows > 0
