@@ -175,8 +175,9 @@ def markdown(records: int, repeats: int, rows: list[dict], ver: list[dict], wall
         "drops cascade. The fastest fixed K that meets D is therefore a near tie among the safe K's, "
         "picked by timing noise; `--adapt` spends its time the same way plus one kernel return per report "
         "window.\n\n" + (f"Load average (1 min) of the shared 2-core machine: {load[0]:.1f} before the run, "
-                           f"{load[1]:.1f} after; merge times under such load are several times the quiet "
-                           "machine's, the ratios (same load for both sides, interleaved) are what to read.\n\n"
+                           f"{load[1]:.1f} after" + ("; merge times under such load are several times the quiet "
+                           "machine's, the ratios (same load for both sides, interleaved) are what to read"
+                           if max(load) >= 2 else " (a quiet machine)") + ".\n\n"
                            if load else "") + "Machine:\n\n" + machine_markdown(machine()))
 
 
