@@ -6,12 +6,15 @@ The fraction is handed to the archive backend before the inputs are opened
 that are not archives) and counts scaled by 1/f into estimates with 95% intervals.
 ``auto`` with ``--budget SECONDS`` chooses the fraction per run from the measured throughput
 (``archive_read.auto_batches``); one budget is shared by the command's archive inputs, counted
-from when the options are checked. In-process only for now: Spark runs refuse f < 1 and auto.
+from when the options are checked. On Spark a fixed fraction is pinned on the driver and read
+by the tasks (``smerge.spark.archive``); auto is refused there. The archive modules are imported
+only when some input is an archive folder or a fraction is given (``datasets.archive_probe``).
 """
 
 from __future__ import annotations
 
 import math
+import sys
 from typing import Annotated, Optional, Sequence
 
 import typer
@@ -34,7 +37,6 @@ AUTO = "auto"
 def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
     """The command's shared Budget when some fraction is ``auto`` (None otherwise); --budget without
     auto, or auto without --budget, is a UsageError."""
-    from smerge.datasets.archive_read import Budget, parse_budget
     from smerge.errors import UsageError
 
     auto = any(t is not None and t.strip().lower() == AUTO for t in texts)
@@ -42,32 +44,54 @@ def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
         raise UsageError(f"--budget {budget}: it applies to --sample auto (or --sample-a/-b auto) only")
     if auto and budget is None:
         raise UsageError("--sample auto needs --budget SECONDS (the time the archive reads may take)")
-    return Budget(parse_budget(budget)) if auto else None
+    if not auto:
+        return None
+    from smerge.datasets.archive_read import Budget, parse_budget
+
+    return Budget(parse_budget(budget))
+
+
+def _clear_requests() -> None:
+    """Forget the requests of an earlier command in this process (none when the archive reader
+    was never imported: it is imported only for archive inputs and sampling options)."""
+    mod = sys.modules.get("smerge.datasets.archive_read")
+    if mod is not None:
+        mod.clear_requests()
 
 
 def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, spark: bool,
                   budget: Optional[str] = None) -> None:
     """Check each ``(option, fraction text, input path)`` and request the fraction for archive inputs.
-    A fraction below 1 (or auto) for an input that is not an archive, or on Spark, is a UsageError;
-    ``budget`` is the text of ``--budget`` (needed by, and only by, auto)."""
-    from smerge.datasets.archive import is_archive
-    from smerge.datasets.archive_read import clear_requests, parse_fraction, request_sample
+    A fraction below 1 (or auto) for an input that is not an archive is a UsageError, and so is
+    auto on Spark (also from ``SMERGE_ARCHIVE_SAMPLE``); ``budget`` is the text of ``--budget``
+    (needed by, and only by, auto). Imports the archive modules only when some input is an
+    archive folder or a fraction is given."""
+    from smerge.datasets.archive_probe import is_archive
     from smerge.errors import UsageError
 
-    clear_requests()  # a request lasts one command (main() may run several in one process)
+    _clear_requests()  # a request lasts one command (main() may run several in one process)
     shared = _budget([text for _, text, _ in pairs], budget)
     for opt, text, path in pairs:
+        archive = path is not None and is_archive(path)
         if text is None:
+            if spark and archive:  # the environment's fraction: checked here, pinned for the tasks later
+                from smerge.datasets.archive_read import SAMPLE_ENV, pinned_sample
+
+                pinned_sample(path, f"${SAMPLE_ENV} for {path}")
             continue
+        from smerge.datasets.archive_read import parse_fraction, request_sample
+
         auto = text.strip().lower() == AUTO
         f = shared if auto else parse_fraction(text, opt)
-        if path is None or not is_archive(path):
+        if not archive:
             if auto or f < 1:
                 raise UsageError(f"{opt} {text}: {path or 'that input'} is not an archive folder; sampling reads "
                                  "archives only (`smerge archive append`)")
             continue
-        if spark and (auto or f < 1):
-            raise UsageError(f"{opt} {text}: sampled archive reads run in-process only for now; pass --local")
+        if spark and auto:
+            from smerge.datasets.archive_read import SPARK_AUTO
+
+            raise UsageError(f"{opt} auto: {SPARK_AUTO}")
         request_sample(path, f)
 
 
@@ -75,7 +99,7 @@ def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool,
                      option: str = "--sample") -> None:
     """wjoin's (and count's) ``--sample F|auto``: every input that is an archive folder is read with
     F (files in full)."""
-    from smerge.datasets.archive import is_archive
+    from smerge.datasets.archive_probe import is_archive
     from smerge.errors import UsageError
 
     archives = [p for p in inputs if is_archive(p)]
@@ -154,7 +178,7 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
     ``_sample_read_seconds``; the records estimate sums each run's records over its own fraction,
     and ``matched_estimate`` uses the inputs' overall fractions (exact only when f is the same for
     every run, see docs/archive.md)."""
-    from smerge.datasets.archive import is_archive
+    from smerge.datasets.archive_probe import is_archive
 
     p = 1.0
     autos = []
@@ -182,7 +206,7 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
 
 
 def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
-    from smerge.datasets.archive import is_archive
+    from smerge.datasets.archive_probe import is_archive
 
     if any(is_archive(p) for p in inputs):
         used = [used_fraction(p) if is_archive(p) else (None, None) for p in inputs]
@@ -247,7 +271,7 @@ class SampledCounts:
 def count_sample_stats(stats: dict, source: str) -> dict:
     """``smerge count``'s statistics for an archive source: ``sample_fraction`` and, below 1,
     ``records_estimate`` with its 95% interval (auto: also the mode, budget and run fractions)."""
-    from smerge.datasets.archive import is_archive
+    from smerge.datasets.archive_probe import is_archive
 
     if is_archive(source):
         f, used = used_fraction(source)

@@ -50,12 +50,12 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+from smerge.datasets.archive_probe import MANIFEST, is_archive  # noqa: F401 - public here too
 from smerge.datasets.outputs import remove_stale, temp_name
 from smerge.errors import InputError, OutputError, UsageError
 
 ARCHIVE_FORMAT = "smerge-archive"
 ARCHIVE_VERSION = 1
-MANIFEST = "manifest.json"
 LOCK = ".lock"
 RUNS_DIR = "runs"
 AGG_DIR = "aggregates"
@@ -130,11 +130,6 @@ class Manifest:
     def block_path(self, block: dict) -> str:
         """The file holding ``block`` (a run file shared by the run's blocks: read it with ``read_block``)."""
         return os.path.join(self.directory, block["file"])
-
-
-def is_archive(path: str) -> bool:
-    """True when ``path`` is a folder with an archive manifest (not checked further)."""
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, MANIFEST))
 
 
 def _int(v: Any) -> bool:

@@ -41,6 +41,8 @@ SAMPLE_ENV = "SMERGE_ARCHIVE_SAMPLE"
 SEED_ENV = "SMERGE_ARCHIVE_SEED"
 BUDGET_ENV = "SMERGE_ARCHIVE_BUDGET"
 DEFAULT_SAMPLE_SEED = 0
+SPARK_AUTO = ("auto runs in-process only (each run's fraction comes from the throughput that one reader measures); "
+              "on Spark pass a fixed fraction, e.g. 0.25, or --local")
 MAX_BUDGET = 365 * 86400.0
 PILOT_SHARE = 0.1  # the first run reads blocks for at most this share of its part of the budget
 RECENT_WEIGHT = 0.5  # weight of the last run in the recent seconds per record
@@ -136,6 +138,17 @@ def _resolve(path: str, sample: Sample | None, sample_seed: int | None) -> tuple
     return check_sample(1.0 if sample is None else sample), DEFAULT_SAMPLE_SEED if sample_seed is None else sample_seed
 
 
+def pinned_sample(path: str, what: str = "") -> tuple[float, int]:
+    """The fixed fraction and seed this process reads the archive at ``path`` with, for tasks
+    that reopen it elsewhere (Spark executors see neither ``request_sample`` nor, on a cluster,
+    the driver's environment). auto is a UsageError: its fraction is decided per run by the one
+    reader that measures the throughput, which a task reading part of the archive is not."""
+    sample, seed = _resolve(path, None, None)
+    if isinstance(sample, Budget):  # (the message names the option or variable that asked for it)
+        raise UsageError(f"{what or path}: {SPARK_AUTO}")
+    return sample, seed
+
+
 def fraction_for(path: str) -> Sample:
     """The fraction (or Budget) an archive at ``path`` is read with when opened with no ``sample`` argument."""
     return _resolve(path, None, None)[0]
@@ -186,14 +199,63 @@ def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
     return _merge_run(man, parts, columns, counters)
 
 
+_COUNTS: dict[tuple, list[int]] = {}  # (folder, manifest checksum, fraction, seed) -> records per run
+
+
+def sample_counts(man: Manifest, fraction: float, seed: int) -> list[int]:
+    """The records of each run's sample at a fixed ``fraction`` and ``seed``, from the manifest
+    alone: the draws of :func:`run_sample` (the blocks chosen, then one uniform number per record
+    of a chosen block) depend on the block counts only, so they are replayed here without reading
+    a block. Costs about ``fraction`` x N random numbers (none at f = 1); cached per process."""
+    key = (os.path.realpath(man.directory), man.meta.get("manifest_sha256"), float(fraction), int(seed))
+    if key in _COUNTS:
+        return _COUNTS[key]
+    out = []
+    for i, run in enumerate(man.runs):
+        if fraction >= 1.0:
+            out.append(sum(b["count"] for b in run["blocks"]))
+            continue
+        rng = np.random.default_rng([seed, i])
+        blocks, represented = blocks_for_fraction(man, i, fraction, rng)
+        keep = min(1.0, fraction / represented)
+        if keep >= 1.0:
+            out.append(sum(b["count"] for b in blocks))
+        else:
+            out.append(sum(int(np.count_nonzero(rng.random(b["count"]) < keep)) for b in blocks))
+    _COUNTS[key] = out
+    return out
+
+
 def sample_batches(man: Manifest, fraction: float, seed: int, *, columns: list[str] | None = None,
-                   batch_rows: int = DEFAULT_BATCH_ROWS, counters: dict | None = None) -> Iterator[pa.RecordBatch]:
-    """The sample as record batches of at most ``batch_rows`` rows: runs in append order, each in time order."""
+                   batch_rows: int = DEFAULT_BATCH_ROWS, counters: dict | None = None, start: int = 0,
+                   stop: int | None = None, cache: dict | None = None) -> Iterator[pa.RecordBatch]:
+    """The sample's records ``start`` to ``stop`` (positions in the whole sample; None: to the end)
+    as record batches of at most ``batch_rows`` rows: runs in append order, each in time order.
+
+    Only the runs holding some of those records are read (their chosen blocks): the sample's
+    records per run are known from the manifest (:func:`sample_counts`), so a Spark task reading
+    a range of rows reads the runs of its range and skips the others. ``cache`` (a dict kept by
+    the caller) holds the last run read, so consecutive ranges cutting one run read it once
+    (memory: one run's sample)."""
     counters = {} if counters is None else counters
-    for i in range(len(man.runs)):
-        table = run_sample(man, i, fraction, seed, columns, counters)
-        if table is not None:
-            yield from rebatch(table.combine_chunks().to_batches(), batch_rows)
+    counts = sample_counts(man, fraction, seed)
+    lo = 0
+    for i, n in enumerate(counts):
+        hi = lo + n
+        if stop is not None and lo >= stop:
+            break
+        if n and hi > start:
+            if cache is not None and cache.get("run") == (i, fraction, seed, columns and tuple(columns)):
+                table = cache["table"]
+            else:
+                table = run_sample(man, i, fraction, seed, columns, counters)
+                if cache is not None:
+                    cache.update(run=(i, fraction, seed, columns and tuple(columns)), table=table)
+            a, b = max(start, lo) - lo, (n if stop is None else min(stop, hi) - lo)
+            if table is not None and b > a:
+                part = table if (a, b) == (0, table.num_rows) else table.slice(a, b - a)
+                yield from rebatch(part.combine_chunks().to_batches(), batch_rows)
+        lo = hi
 
 
 class _Plan:
@@ -353,18 +415,21 @@ class ArchiveBackend:
             counters.update(sample_fraction=None, sample_mode="auto", budget_seconds=fraction.seconds)
         whole = not auto and fraction >= 1.0
 
+        cache: dict = {}
+
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             _USED[os.path.realpath(path)] = counters
             if auto:
                 for k in ("run_fractions", "run_records", "run_counts", "blocks_read", "bytes_read", "records_read"):
                     counters.pop(k, None)
                 it = auto_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
-            else:
-                it = sample_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows, counters=counters)
-            yield from it if (start, stop) == (0, None) else sliced(it, start, stop, schema)
+                yield from it if (start, stop) == (0, None) else sliced(it, start, stop, schema)
+            else:  # a range reads the runs holding it only
+                yield from sample_batches(man, fraction, seed, columns=columns, batch_rows=batch_rows,
+                                          counters=counters, start=start, stop=stop, cache=cache)
 
-        # With f < 1 the sample's size is known only once read: no row count (like a server stream).
-        n = man.count if whole else None
+        # A fixed fraction's sample size follows from the manifest and the seed; auto's is known only once read.
+        n = None if auto else (man.count if whole else sum(sample_counts(man, fraction, seed)))
         return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=n,
                            outer_size=n, inner_size=1, open_batches=batches, counters=counters)
 

@@ -46,6 +46,7 @@ from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
 from smerge.spark.actions import raise_task_error
 from smerge.spark.parts import PartWriter, read_part
+from smerge.spark.archive import pinned_sample
 from smerge.spark.runner import SparkRun, run_on_spark
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ class RTMSparkPlan:
     ranges: tuple[tuple[int, int | None, int], ...]  # (start, stop) outer indices, first global row id
     staging: str
     unmatched_a: bool
+    sample_a: tuple = ()  # A's (fraction, seed) when it is an archive, pinned on the driver (smerge.spark.archive)
 
 
 def plan_ranges(num_rows: int | None, inner: int, window: int, partitions: int) -> list[tuple[int, int | None, int]]:
@@ -105,13 +107,15 @@ def rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
 def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
     from smerge.datasets import open_input
     from smerge.merge.output import pair_schema
+    from smerge.spark.archive import open_options
     from smerge.merge.rtm import rtm_merge
     from smerge.transport import Prefetcher
     from smerge.transport.flight_client import IndexClient
 
     t0 = time.perf_counter()
     start, stop, first_row = plan.ranges[p]
-    src = open_input(plan.a_path, keys=plan.keys_a, variables=plan.vars_a, batch_rows=plan.batch_rows)
+    src = open_input(plan.a_path, keys=plan.keys_a, variables=plan.vars_a, batch_rows=plan.batch_rows,
+                     **open_options(plan.sample_a))
     if src.schema != plan.schema_a:
         raise SmergeError(f"{plan.source_a}: the executor sees schema {src.schema} but the driver saw "
                           f"{plan.schema_a}; the file changed during the run, or executors read another copy")
@@ -243,7 +247,7 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
                         vars_a=tuple(job.vars_a) if job.vars_a else None, batch_rows=job.batch_rows,
                         schema_a=src_a.schema, schema_b=prep.src_b.schema, b_records=b_records, params=params,
                         url=url, token=token, tls_root_certs=certs, ranges=tuple(ranges), staging=staging,
-                        unmatched_a=bool(prep.unmatched_paths))
+                        unmatched_a=bool(prep.unmatched_paths), sample_a=pinned_sample(a_path))
     t1 = time.perf_counter()
     results = run.collect(lambda: sc.parallelize(range(len(ranges)), len(ranges))
                           .map(lambda p: rtm_partition(plan, p)).collect(), len(ranges), "A partitions")

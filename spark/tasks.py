@@ -52,11 +52,27 @@ class SideSpec:
     step: int  # outer indices per chunk
     inner: int  # records per outer index
     outer: int | None  # outer size (None: unknown until read, CSV)
+    # An archive input's (fraction, seed), pinned on the driver when the spec is made (() for
+    # other inputs): every task then reads the same sample as --local (smerge.spark.archive).
+    sample: tuple = None
+
+    def __post_init__(self) -> None:
+        if self.sample is None:
+            from smerge.spark.archive import pinned_sample
+
+            object.__setattr__(self, "sample", pinned_sample(self.path))
+
+    @property
+    def open_options(self) -> dict:
+        from smerge.spark.archive import open_options
+
+        return open_options(self.sample)
 
     def open(self):
         from smerge.datasets import open_input
 
-        src = open_input(self.path, keys=self.keys, variables=self.variables, batch_rows=self.batch_rows)
+        src = open_input(self.path, keys=self.keys, variables=self.variables, batch_rows=self.batch_rows,
+                         **self.open_options)
         if src.schema != self.schema:
             raise SmergeError(f"{self.path}: the executor sees schema {src.schema} but the driver saw {self.schema}; "
                               "the file changed during the run, or executors read another copy")
@@ -67,7 +83,8 @@ class SideSpec:
         from smerge.datasets import open_input
 
         try:
-            src = open_input(self.path, keys=self.keys, variables=self.keys[:1], batch_rows=self.batch_rows)
+            src = open_input(self.path, keys=self.keys, variables=self.keys[:1], batch_rows=self.batch_rows,
+                             **self.open_options)
             if tuple(src.schema.names) == tuple(self.keys) and src.num_rows == (
                     None if self.outer is None else self.outer * self.inner):
                 return src

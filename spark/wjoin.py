@@ -49,6 +49,7 @@ from smerge.errors import InputError
 from smerge.jobs.outputs import committed, write_stats
 from smerge.merge.wjoin import WJoinParams, WJoinStats, make_plan
 from smerge.spark.actions import raise_task_error
+from smerge.spark.archive import pinned_sample
 from smerge.spark.parts import read_part
 from smerge.spark.runner import SparkRun, run_on_spark
 from smerge.spark.wjoin_tasks import (ORD_R, ORD_S, ORD_T, StreamSpec, WSparkPlan, join_partition, out_path,
@@ -145,7 +146,8 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     job = prep.job
     n = params.n_streams
     specs = tuple(StreamSpec(path=os.path.abspath(s.path), source=job.inputs[i], batch_rows=job.batch_rows,
-                             schema=s.schema, outer=s.outer_size, inner=max(int(s.inner_size or 1), 1))
+                             schema=s.schema, outer=s.outer_size, inner=max(int(s.inner_size or 1), 1),
+                             sample=pinned_sample(s.path))
                   for i, s in enumerate(prep.sources))
     eplan = make_plan([s.schema for s in specs], params)
     hashed = eplan.hash_terms is not None
