@@ -72,26 +72,32 @@ def test_cgm_on_an_archive_sample_equals_local(spark, tmp_path, data, f, parts):
         assert spk["a_records_estimate"] == spk["a_records"] / f
 
 
-def test_rtm_on_an_archive_sample_equals_local(spark, tmp_path, data):
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_rtm_on_an_archive_sample_equals_local(spark, tmp_path, data, side):
+    """A sampled: its row ranges are the tasks' units; B sampled: read by the embedded index
+    server on the driver, which sees the request."""
     from smerge.jobs.rtm import RTMJob, prepare_rtm, run_rtm
     from smerge.spark.rtm import run_rtm_spark
 
     arch, b = data
+    a, b = (arch, b) if side == "a" else (b, arch)
     out = {}
     for route in ("local", "spark"):
-        apply_samples((("--sample-a", "0.5", arch), ("--sample-b", None, b)), spark=route == "spark")
-        job = RTMJob(a=arch, b=b, keys_a=("t",), eps=0.6, window_size=100, with_ids=True,
+        apply_samples((("--sample-a", "0.5" if side == "a" else None, a),
+                       ("--sample-b", "0.5" if side == "b" else None, b)), spark=route == "spark")
+        job = RTMJob(a=a, b=b, keys_a=("t",), eps=0.6, window_size=100, with_ids=True,
                      output=str(tmp_path / f"r-{route}.parquet"), unmatched=str(tmp_path / f"r-{route}-un"))
         prep = prepare_rtm(job)
         r = run_rtm(prep) if route == "local" else run_rtm_spark(prep, spark=spark, partitions=3)
-        out[route] = sample_stats(r, (("a", arch), ("b", b)))
+        out[route] = sample_stats(r, (("a", a), ("b", b)))
     loc, spk = out["local"], out["spark"]
-    assert spk["execution"] == "spark" and spk["partitions"] == 3  # A (the sample) cut into 3 row ranges
+    assert spk["execution"] == "spark" and spk["partitions"] == 3  # A cut into 3 row ranges
     for name in (".parquet", "-un.a.parquet", "-un.b.parquet"):
         assert pq.read_table(tmp_path / f"r-spark{name}").equals(pq.read_table(tmp_path / f"r-local{name}")), name
-    for k in ("a_records", "matched", "a_sample_fraction", "a_records_estimate_95", "matched_estimate"):
+    for k in ("a_records", "b_records", "matched", f"{side}_sample_fraction", f"{side}_records_estimate_95",
+              "matched_estimate"):
         assert spk.get(k) == loc.get(k), k
-    assert spk["a_sample_fraction"] == 0.5 and spk["a_records"] < 6000
+    assert spk[f"{side}_sample_fraction"] == 0.5 and spk[f"{side}_records"] < 6000 and spk["matched"] > 0
 
 
 @pytest.mark.parametrize("f", [0.25, 1.0])
@@ -131,6 +137,31 @@ def test_a_task_reads_only_the_runs_of_its_range(data):
     src = open_input(arch, keys=("t",), sample=0.5, sample_seed=0)
     parts = [b for s in range(0, whole.num_rows, 333) for b in src.batches(s, s + 333)]
     assert pa.Table.from_batches(parts).equals(whole) and src.counters["blocks_read"] == 6 * 4  # each run once
+
+
+def test_cli_on_spark_equals_local_with_relative_paths(tmp_path, data):
+    """The CLI as a user runs it (relative paths, which the Spark route makes absolute after the
+    fraction is requested): same output and statistics as --local."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    arch, b = data
+    shutil.copytree(arch, tmp_path / "arch")
+    shutil.copy(b, tmp_path / "b.parquet")
+    common = ["cgm", "arch", "b.parquet", "--keys", "t", "--eps", "0.6", "--sample-a", "0.25", "--with-ids"]
+    stats = {}
+    for route, extra in (("spark", ["--master", "local[2]", "--partitions", "2"]), ("local", ["--local"])):
+        r = subprocess.run([sys.executable, "-m", "smerge", *common, *extra, "-o", f"{route}.parquet", "--stats",
+                            f"{route}.json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        stats[route] = json.load(open(tmp_path / f"{route}.json"))
+    assert stats["spark"]["execution"] == "spark" and stats["spark"]["partitions"] == 2
+    assert pq.read_table(tmp_path / "spark.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+    for k in ("a_records", "matched", "a_sample_fraction", "a_records_estimate_95", "matched_estimate_95"):
+        assert stats["spark"][k] == stats["local"][k], k
+    assert stats["spark"]["a_sample_fraction"] == 0.25
 
 
 @pytest.mark.parametrize("args, needle", [
