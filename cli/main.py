@@ -8,6 +8,10 @@ import sys
 import typer
 import typer.main
 
+from smerge.cli import coerce
+
+coerce.install()  # plain option values converted without building pydantic adapters (cli/coerce.py)
+
 app = typer.Typer(
     name="smerge",
     help="Merge gridded and partially sorted data streams on common keys (CGM, RTM, W-join), in-process or on Spark.",
