@@ -179,8 +179,10 @@ def test_partition_windows_rule():
     params = CGMParams(keys=MergeKeys(("k",), ("k",)), eps=(0.0,), window_size=5000, least_increment_a=1000,
                        least_increment_b=800)
     w = pwin.partition_windows(params, np.array([0.25, 1.0, 0.0001]), np.array([0.5, 1.0, 0.0001]))
-    assert w == ((2500, 250, 400), (5000, 1000, 800), (1, 1, 1))
-    assert pwin.task_params(params, w, 0).window_size == 2500
+    # N_p = min(N, 1.1 N max(dA, dB)), K_p = 0.97 K d (a contiguous partition, N_p = N: K d)
+    assert w == ((2750, 242, 388), (5000, 1000, 800), (1, 1, 1))
+    assert pwin.partition_windows(params, np.array([0.95]), np.array([0.9])) == ((5000, 950, 720),)
+    assert pwin.task_params(params, w, 0).window_size == 2750
     assert pwin.task_params(params, w, 1) is params
     assert pwin.task_params(params, None, 0) is params
 
