@@ -160,7 +160,8 @@ def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables
                                num_rows=local.num_rows, outer_size=None, inner_size=1,
                                open_batches=_driver_cannot_read(path), grid=local.grid, df=df, local=local)
         if local.format not in ("parquet", "csv"):
-            raise UsageError(f"{path}: a {local.format} input cannot be read together with a URL input (Spark has "
+            what = "an archive" if local.format == "archive" else f"a {local.format} input"
+            raise UsageError(f"{path}: {what} cannot be read together with a URL input (Spark has "
                              "no reader for it); convert it to Parquet")
         fmt = local.format
         url = "file://" + os.path.abspath(path)

@@ -188,3 +188,17 @@ def test_auto_from_the_environment_on_spark_exit_2(tmp_path, data, capsys, monke
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1 and "$SMERGE_ARCHIVE_SAMPLE" in err and "--local" in err, err
     assert os.listdir(tmp_path) == []
+
+
+def test_an_archive_beside_a_url_input_exits_2_one_line(tmp_path, data):
+    """(A subprocess: the route of Spark's readers starts its own session.)"""
+    import subprocess
+    import sys
+
+    arch, b = data
+    r = subprocess.run([sys.executable, "-m", "smerge", "cgm", arch, "file://" + b, "--keys", "t", "--eps", "0.6",
+                        "--master", "local[2]", "-o", "o.parquet"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert "an archive cannot be read together with a URL input" in r.stderr
+    assert os.listdir(tmp_path) == []
