@@ -12,42 +12,61 @@ from smerge.cli import coerce
 
 coerce.install()  # plain option values converted without building pydantic adapters (cli/coerce.py)
 
-app = typer.Typer(
-    name="smerge",
-    help="Merge gridded and partially sorted data streams on common keys (CGM, RTM, W-join), in-process or on Spark.",
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
+HELP = "Merge gridded and partially sorted data streams on common keys (CGM, RTM, W-join), in-process or on Spark."
 
-# Each module defines `app`, a Typer app holding its command(s). Add a module here to add a command.
-COMMAND_MODULES = [
-    "smerge.cli.cgm",
-    "smerge.cli.gen",
-    "smerge.cli.rtm",
-    "smerge.cli.serve",
-    "smerge.cli.index",
-    "smerge.cli.wjoin",
-    "smerge.cli.batch",
-    "smerge.cli.plot",
-    "smerge.cli.count",
-    "smerge.cli.archive",
-]
-
-for _name in COMMAND_MODULES:
-    try:
-        _mod = importlib.import_module(_name)
-    except ModuleNotFoundError as _e:
-        if _e.name != _name:
-            raise
-        continue  # that command is not part of this version yet
-    app.add_typer(_mod.app)
+# Each module defines `app`, a Typer app holding the command(s) named here. Add a module here to
+# add a command (tests/cli/test_local_process.py checks the names against what each module registers).
+COMMANDS = {
+    "cgm": "smerge.cli.cgm",
+    "gen": "smerge.cli.gen",
+    "rtm": "smerge.cli.rtm",
+    "serve": "smerge.cli.serve",
+    "index": "smerge.cli.index",
+    "wjoin": "smerge.cli.wjoin",
+    "batch": "smerge.cli.batch",
+    "plot": "smerge.cli.plot",
+    "count": "smerge.cli.count",
+    "archive": "smerge.cli.archive",
+}
+COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
 
 
-@app.callback()
 def _root() -> None:
     """smerge: best-effort eps-delta merges and window joins of partially sorted streams."""
+
+
+def make_app(modules: list[str] | None = None) -> typer.Typer:
+    """The ``smerge`` app with the commands of ``modules`` (default: every command)."""
+    root = typer.Typer(name="smerge", help=HELP, add_completion=False, no_args_is_help=True,
+                       pretty_exceptions_enable=False, rich_markup_mode=None)
+    root.callback()(_root)
+    for name in COMMAND_MODULES if modules is None else modules:
+        try:
+            mod = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue  # that command is not part of this version yet
+        root.add_typer(mod.app)
+    return root
+
+
+def __getattr__(name: str):
+    # `from smerge.cli.main import app` (tests, embedding): every command, built on first use.
+    # A `smerge CMD ...` process builds only CMD's (main below): importing and declaring the
+    # other nine commands' options cost ~0.05 s of every run.
+    if name == "app":
+        globals()["app"] = make_app()
+        return globals()["app"]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app for one command line: only the named command's module when the first word names
+    one (its help, errors and exit codes are the same), else every command (``--help``, typos)."""
+    if "app" not in globals() and args and args[0] in COMMANDS:
+        return make_app([COMMANDS[args[0]]])
+    return __getattr__("app")
 
 
 def _is_usage_error(e: BaseException) -> bool:
@@ -55,7 +74,7 @@ def _is_usage_error(e: BaseException) -> bool:
     return any(c.__name__ == "UsageError" for c in type(e).__mro__) and hasattr(e, "format_message")
 
 
-def _command_path(e: BaseException, argv: list[str] | None) -> str:
+def _command_path(e: BaseException, argv: list[str] | None, app: typer.Typer) -> str:
     """The full command a usage error belongs to, e.g. ``smerge index build`` (Click's context
     knows it; an option missing its value has no context: the command names leading argv)."""
     path = getattr(getattr(e, "ctx", None), "command_path", None)
@@ -127,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None and ("--local" in sys.argv[1:] or sys.argv[1:2] and sys.argv[1] in _NEVER_SPARK):
         _pyarrow_without_pandas()
     try:
+        app = _app_for(sys.argv[1:] if argv is None else list(argv))
         rv = app(args=argv, prog_name="smerge", standalone_mode=False)
     except typer.Exit as e:
         return e.exit_code
@@ -139,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError":  # bare `smerge`: the help, as Click prints it
             print(e.format_message(), file=sys.stderr)
             return 2
-        print(f"smerge: error: {e.format_message()} (see {_command_path(e, argv)} --help)", file=sys.stderr)
+        print(f"smerge: error: {e.format_message()} (see {_command_path(e, argv, app)} --help)", file=sys.stderr)
         return 2
     return rv if isinstance(rv, int) else 0
 

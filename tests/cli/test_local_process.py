@@ -1,6 +1,8 @@
 """What a `smerge cgm --local` process loads and how it sets Arrow's allocator up (issue 11's
 start-up cost): no pandas, no pyarrow.compute (its wrappers alone cost 60-200 ms), no netCDF
-backend for Parquet inputs, mimalloc's huge pages off unless the user set MIMALLOC_ALLOW_THP. The run's output is checked too."""
+backend for Parquet inputs, no pydantic (cli/coerce.py), no other command's module (cli/main.py
+builds only the named command), mimalloc's huge pages off unless the user set MIMALLOC_ALLOW_THP.
+The run's output is checked too."""
 
 from __future__ import annotations
 
@@ -20,7 +22,9 @@ from smerge.cli.main import main
 rc = main()
 print(json.dumps({"rc": rc, "pandas": "pandas" in sys.modules, "compute": "pyarrow.compute" in sys.modules,
                   "thp": os.environ.get("MIMALLOC_ALLOW_THP"), "netcdf": "smerge.datasets.netcdf" in sys.modules,
-                  "netCDF4": "netCDF4" in sys.modules}))
+                  "netCDF4": "netCDF4" in sys.modules, "pydantic": "pydantic" in sys.modules,
+                  "other_commands": sorted(m for m in ("rtm", "wjoin", "serve", "index", "batch", "gen", "count", "archive")
+                                           if "smerge.cli." + m in sys.modules)}))
 """
 
 
@@ -42,7 +46,8 @@ def run(tmp_path, env_extra=None):
 
 def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
     got, out = run(tmp_path)
-    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0", "netcdf": False, "netCDF4": False}
+    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0", "netcdf": False, "netCDF4": False,
+                   "pydantic": False, "other_commands": []}
     # every A record meets the B record made from it (B = A + jitter < eps), in order of A's key
     assert out.num_rows == 300_000
     assert out["v"].to_pylist() == out["w"].to_pylist()
@@ -51,3 +56,19 @@ def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
 def test_a_users_mimalloc_setting_is_kept(tmp_path):
     got, _ = run(tmp_path, {"MIMALLOC_ALLOW_THP": "1"})
     assert got["thp"] == "1" and got["rc"] == 0
+
+
+def test_the_command_table_names_what_each_module_registers():
+    import importlib
+
+    import typer.main
+
+    from smerge.cli.main import COMMANDS, make_app
+
+    for name, module in COMMANDS.items():
+        registered = set(typer.main.get_command(make_app([module])).commands)
+        assert name in registered, (name, module, registered)
+    full = set(typer.main.get_command(make_app()).commands)
+    assert full == set(COMMANDS)
+    for module in set(COMMANDS.values()):
+        assert hasattr(importlib.import_module(module), "app")
