@@ -60,21 +60,44 @@ def _open_k1(spec: SideSpec):
 def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | None) -> list[ChunkStats]:
     """Read the leading key k1 of chunks ``first_chunk .. last_chunk`` (None: to the end); their stats.
 
-    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns). Holds
-    the k1 values of the range in memory (8 bytes per record).
+    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns). Streams:
+    holds one batch and at most one chunk of k1 values at a time (a chunk spanning two batches is
+    joined), not the whole range (allocating that, 8 bytes per record, cost more than reading it).
     """
     src = _open_k1(spec)
     start = first_chunk * spec.step
     stop = None if last_chunk is None else (last_chunk + 1) * spec.step
-    parts = [key_columns(b, spec.keys[:1])[:, 0] for b in src.batches(start, stop)]
-    k1 = np.concatenate(parts) if parts else np.empty(0)
     chunk_rows = spec.step * spec.inner
     row0 = start * spec.inner
-    out = []
-    for off in range(0, k1.size, chunk_rows):
-        seg = k1[off:off + chunk_rows]
+    out: list[ChunkStats] = []
+    carry: list[np.ndarray] = []  # the start of a chunk the next batch completes
+    done = 0  # records of the range turned into chunk stats
+
+    def emit(seg: np.ndarray) -> None:
+        nonlocal done
+        off = done
         out.append(_chunk_stats(side, (row0 + off) // chunk_rows, seg.size, seg, spec.keys[0],
                                 lambda i, o=off: row0 + o + i))
+        done += seg.size
+
+    for b in src.batches(start, stop):
+        k1 = key_columns(b, spec.keys[:1])[:, 0]
+        pos = 0
+        if carry:
+            need = chunk_rows - sum(c.size for c in carry)
+            carry.append(k1[:need])
+            pos = min(need, k1.size)
+            if sum(c.size for c in carry) < chunk_rows:
+                continue
+            emit(np.concatenate(carry))
+            carry = []
+        while k1.size - pos >= chunk_rows:
+            emit(k1[pos:pos + chunk_rows])
+            pos += chunk_rows
+        if pos < k1.size:
+            carry.append(k1[pos:].copy())
+    if carry:
+        emit(np.concatenate(carry))
     return out
 
 
