@@ -252,6 +252,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         "b_shared": sum(r["b_shared_owned"] for r in results),
         "seam_pairs": seam["total"], "seam_pairs_dropped": seam["total"] - seam["kept"],
         "partition_pairs": [r["final_pairs"] for r in results],
+        **_archive_io(results),
         **_partition_stats(plan, density, stats.matched, estimate,
                            "inputs read by Spark's readers" if frames else "one partition is --local's run"),
         "a": job.a, "b": job.b, "output": prep.output,
@@ -310,6 +311,19 @@ def _partition_stats(plan: MergePlan, density, matched: int, estimate: _Estimate
     else:
         out.update(pwin.check(matched, estimate.result, estimate.reason))
         out["estimate_seconds"] = round(estimate.seconds, 3)
+    return out
+
+
+def _archive_io(results: list[dict]) -> dict:
+    """Blocks and bytes the merge tasks read of archive inputs (``a_archive_blocks_read``,
+    ``a_archive_bytes_read``, ``b_...``): f of the archive's blocks, plus the runs at the edges of
+    the tasks' ranges (docs/archive.md, "On Spark"). The planning's key scan is not counted."""
+    out = {}
+    for side in ("a", "b"):
+        ios = [r["archive_io"][side] for r in results if side in r.get("archive_io", {})]
+        if ios:
+            out[f"{side}_archive_blocks_read"] = sum(x["blocks_read"] for x in ios)
+            out[f"{side}_archive_bytes_read"] = sum(x["bytes_read"] for x in ios)
     return out
 
 

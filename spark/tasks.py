@@ -195,9 +195,12 @@ def visibility(bounds: np.ndarray, k: np.ndarray, eps1: float) -> tuple[np.ndarr
     return own, lo, hi
 
 
-def _file_batches(spec: SideSpec, runs) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """The records of ``runs`` (outer-index ranges) of one input, with their global row ids."""
+def _file_batches(spec: SideSpec, runs, io: dict | None = None) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """The records of ``runs`` (outer-index ranges) of one input, with their global row ids;
+    ``io`` gets the reader's counters (an archive's ``blocks_read``, ``bytes_read``)."""
     src = spec.open()
+    if io is not None:
+        io.update(counters=src.counters)
     for start, stop in runs:
         row = start * spec.inner
         for batch in src.batches(start, stop):
@@ -353,8 +356,10 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         return vis
 
     # One partition reads every record in order: local ids are the global row ids already.
+    io_a: dict = {}
+    io_b: dict = {}
     if tables is None:
-        src_a, src_b = _file_batches(plan.a, plan.runs_a[p]), _file_batches(plan.b, plan.runs_b[p])
+        src_a, src_b = _file_batches(plan.a, plan.runs_a[p], io_a), _file_batches(plan.b, plan.runs_b[p], io_b)
     else:
         from smerge.spark.frames import table_batches
 
@@ -479,4 +484,6 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         "seam_owned": np.concatenate(seam_owned).tobytes() if seam_owned else b"",
         "seam_ord": np.concatenate(seam_ord).astype(np.int64).tobytes() if seam_ord else b"",
         "cand_b": _ipc_bytes(cand_b, unb_ids),
+        "archive_io": {side: {k: io["counters"].get(k, 0) for k in ("blocks_read", "bytes_read")}
+                       for side, io in (("a", io_a), ("b", io_b)) if io.get("counters", {}).get("blocks_read")},
     }

@@ -5,6 +5,7 @@ line, before Spark starts."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -70,6 +71,17 @@ def test_cgm_on_an_archive_sample_equals_local(spark, tmp_path, data, f, parts):
     assert (spk["a_records"] < 6000) == (f < 1) and loc["matched"] > 0
     if f < 1:
         assert spk["a_records_estimate"] == spk["a_records"] / f
+    # I/O: the merge tasks read the chosen blocks of every run once, plus the runs overlapping the
+    # chunk that holds a partition boundary (read by both sides; at most two: runs > chunks here)
+    from smerge.datasets.archive import read_manifest
+
+    runs = read_manifest(arch).runs
+    want = sum(len(r["blocks"]) if f >= 1 else max(1, math.ceil(len(r["blocks"]) * f - 1e-9)) for r in runs)
+    got = spk["a_archive_blocks_read"]
+    assert want <= got <= want + 2 * (parts - 1) * max(len(r["blocks"]) for r in runs), (got, want)
+    assert "b_archive_blocks_read" not in spk and spk["a_archive_bytes_read"] > 0
+    if parts == 1:
+        assert got == want
 
 
 @pytest.mark.parametrize("side", ["a", "b"])
