@@ -134,6 +134,27 @@ def test_wjoin_on_an_archive_sample_equals_local(spark, tmp_path, data, f):
     assert spk.get("tuples_estimate_95") == loc.get("tuples_estimate_95")
 
 
+def test_a_fraction_from_the_environment_reaches_the_tasks(spark, tmp_path, data, monkeypatch):
+    """SMERGE_ARCHIVE_SAMPLE set after the session started: the Python workers never see it, so
+    the tasks read the sample because the driver pinned it."""
+    from smerge.jobs import CGMJob, prepare, run_local
+    from smerge.spark.cgm import run_cgm_spark
+
+    arch, b = data
+    monkeypatch.setenv("SMERGE_ARCHIVE_SAMPLE", "0.5")
+    monkeypatch.setenv("SMERGE_ARCHIVE_SEED", "7")
+    res = {}
+    for route in ("local", "spark"):
+        apply_samples((("--sample-a", None, arch), ("--sample-b", None, b)), spark=route == "spark")
+        prep = prepare(CGMJob(a=arch, b=b, output=str(tmp_path / f"{route}.parquet"), keys_a=("t",), eps=(0.6,),
+                              with_ids=True, overwrite=True, batch_rows=100))
+        r = run_local(prep) if route == "local" else run_cgm_spark(prep, spark=spark, partitions=2)
+        res[route] = sample_stats(r, (("a", arch), ("b", b)))
+    assert pq.read_table(tmp_path / "spark.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
+    assert res["spark"]["a_sample_fraction"] == res["local"]["a_sample_fraction"] == 0.5
+    assert res["spark"]["a_records"] == res["local"]["a_records"] < 6000
+
+
 def test_a_task_reads_only_the_runs_of_its_range(data):
     """The reader behind the tasks: a row range of the sample reads the runs holding it (their
     chosen blocks) and no other; ranges read one after another give the whole sample."""
