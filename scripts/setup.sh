@@ -42,4 +42,7 @@ if ! .venv/bin/python -m pip install -q -e ".[test,bench]" >.venv/install.log 2>
   echo "smerge setup: pip install failed (full log: .venv/install.log)" >&2
   exit 1
 fi
+# Byte-compile smerge's modules once, as installing a wheel does: with PYTHONDONTWRITEBYTECODE
+# set, an editable install would otherwise compile them from source in every process.
+.venv/bin/python -m compileall -q core cli merge index transport datasets spark jobs >/dev/null || true
 echo "smerge setup: ready (.venv/bin/smerge)" >&2
