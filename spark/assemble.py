@@ -10,6 +10,7 @@ of them are complete.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -19,7 +20,7 @@ from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import OutputError
 from smerge.jobs.inputs import PreparedMerge
 from smerge.jobs.outputs import committed, open_outputs
-from smerge.spark.parquet import ParquetConcatError, concat_parquet
+from smerge.spark.parquet import ParquetConcatError, ParquetJoin
 from smerge.spark.parts import PartWriter, read_part
 from smerge.spark.tasks import MergePlan, part_path, read_ipc_bytes
 
@@ -62,14 +63,90 @@ def assemble_outputs(prep: PreparedMerge, plan: MergePlan, results: list[dict], 
                     un_b.write(_conform(b, un_b.schema))
 
 
-def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
+class PartJoiner:
+    """Joins a single-file Parquet output's parts while the merge job runs: a driver thread
+    appends each part (``ParquetJoin``) as soon as it and every part before it are complete, so
+    only the last parts and the footer are left for after the job. ``finish`` checks every
+    appended part is still the file the task left (a retried task attempt replaces its part:
+    from the first replaced one on, the parts are appended again) and adds the rest."""
+
+    POLL_SECONDS = 0.02
+
+    def __init__(self, plan: MergePlan, kinds: tuple[str, ...]):
+        self.plan = plan
+        self.joins = {k: ParquetJoin(os.path.join(plan.staging, f"{k}.joined.parquet"), take_first=True) for k in kinds}
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="smerge-part-join", daemon=True)
+        self._thread.start()
+
+    def _path(self, kind: str, p: int) -> str:
+        return part_path(self.plan.staging, kind, p, "parquet")
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                for kind, join in self.joins.items():
+                    while len(join) < self.plan.parts and os.path.exists(self._path(kind, len(join))):
+                        join.add(self._path(kind, len(join)))
+                self._stop.wait(self.POLL_SECONDS)
+        except BaseException as e:  # noqa: BLE001 - reported by finish
+            self.error = e
+
+    def stop(self) -> None:
+        """Stop appending (idempotent); a failed run's staging folder is removed with the file."""
+        self._stop.set()
+        self._thread.join()
+
+    def finish(self, kind: str, schema: pa.Schema) -> str:
+        """The joined file of ``kind`` with every part and the driver's part (index P)."""
+        self.stop()
+        if self.error is not None:
+            raise self.error
+        join = self.joins[kind]
+        changed = next((i for i, (path, *_, ident) in enumerate(join.parts) if _replaced(path, ident, i == 0)), None)
+        if changed is not None:
+            join.truncate(changed)
+        for p in range(len(join), self.plan.parts + 1):
+            if os.path.exists(self._path(kind, p)):
+                join.add(self._path(kind, p))
+        join.finish(schema)
+        return join.out_path
+
+    def close(self) -> None:
+        self.stop()
+        for join in self.joins.values():
+            join.close()
+
+
+def _replaced(path: str, ident: tuple, moved: bool) -> bool:
+    """Whether a task attempt wrote ``path`` again after it was appended (a moved first part
+    leaves no file; a copied part is still the file it was)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return not moved
+    return moved or (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) != ident
+
+
+def start_join(prep: PreparedMerge, plan: MergePlan) -> PartJoiner | None:
+    """A ``PartJoiner`` for every single-file Parquet output of ``prep`` (None: none to join)."""
+    kinds = [] if prep.output_format == DATASET_FORMAT else ["pairs"]
+    if prep.unmatched_paths:
+        kinds += ["ua", "ub"]
+    return PartJoiner(plan, tuple(kinds)) if kinds and plan.part_format == "parquet" else None
+
+
+def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict,
+                   joiner: PartJoiner | None = None) -> None:
     """Executors wrote the final Parquet parts; add the driver's parts (kept seam pairs, seam
     records that became unmatched) and move everything into place.
 
     A dataset output is the folder of parts itself (renamed into place). A single file is the
     parts joined byte-for-byte (``smerge.spark.parquet``: row groups copied, one footer
-    written), into a temporary file renamed over the target. The outputs are moved into place
-    only when every one of them is complete.
+    written), into a temporary file renamed over the target; ``joiner`` (``start_join``, started
+    before the merge job) has appended the parts finished during the job. The outputs are moved
+    into place only when every one of them is complete.
     """
     P = plan.parts
 
@@ -98,10 +175,10 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
                 cands.append(t.filter(pa.array(~np.isin(t.column("b_row").to_numpy(), kept_b))))
         extra("ub", plan.unb_schema, cands)
         targets += [("ua", prep.unmatched_paths[0], plan.una_schema), ("ub", prep.unmatched_paths[1], plan.unb_schema)]
+    joiner = joiner or start_join(prep, plan)
     ready: list[tuple[str, str, bool]] = []  # (finished path, target, is a directory)
     try:
         for kind, target, schema in targets:
-            paths = [part_path(plan.staging, kind, p, "parquet") for p in range(P + 1)]
             if kind == "pairs" and prep.output_format == DATASET_FORMAT:
                 folder = os.path.join(plan.staging, kind)
                 for name in os.listdir(folder):  # leftovers of failed task attempts
@@ -110,11 +187,12 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
                 mark_dataset(folder)  # this folder becomes the dataset: smerge's marker in it
                 ready.append((folder, target, True))
                 continue
-            tmp = os.path.join(plan.staging, f"{kind}.joined.parquet")
-            concat_parquet(paths, tmp, schema, take_first=True)
-            ready.append((tmp, target, False))
+            ready.append((joiner.finish(kind, schema), target, False))
     except ParquetConcatError as e:
         raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None
+    finally:
+        if joiner is not None:
+            joiner.close()
     for src, target, is_dir in ready:
         if is_dir:
             replace_dir(src, target)  # checks the replace rule again (marker or empty)
@@ -122,4 +200,4 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
             os.replace(src, target)
 
 
-__all__ = ["assemble_outputs", "finish_parquet"]
+__all__ = ["assemble_outputs", "finish_parquet", "start_join", "PartJoiner"]

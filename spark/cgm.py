@@ -32,7 +32,7 @@ from smerge.errors import InputError, UsageError
 from smerge.jobs import PreparedMerge, masked_stats, write_stats
 from smerge.merge import MergeStats
 from smerge.spark.actions import arrow_batches, run_job, session_conf, spark_action
-from smerge.spark.assemble import assemble_outputs, finish_parquet
+from smerge.spark.assemble import assemble_outputs, finish_parquet, start_join
 from smerge.spark import windows as pwin
 from smerge.spark.plan import explicit_bounds, frame_order, plan_frames, plan_slabs, side_spec
 from smerge.spark.runner import SparkRun, run_on_spark
@@ -191,6 +191,9 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
                      kill_once_partition=int(kill) if kill else None, kill_marker=marker or None)
     # The pairs an in-process run would find: estimated on the driver while the merge job runs.
     estimate = _Estimate(prep, specs, own, order) if P > 1 and not frames else None
+    joiner = start_join(prep, plan)  # a single Parquet file: its parts joined while the job runs
+    if joiner is not None:
+        run.on_end(joiner.close)
     t1 = time.perf_counter()
     try:
         if frames:
@@ -211,7 +214,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
     t2 = time.perf_counter()
     seam = resolve_seams(prep, results)
     if part_format == "parquet":
-        finish_parquet(prep, plan, results, seam)
+        finish_parquet(prep, plan, results, seam, joiner)
     else:
         assemble_outputs(prep, plan, results, seam)
     assemble_seconds = time.perf_counter() - t2

@@ -188,19 +188,20 @@ def _field(fields: list, fid: int) -> list | None:
 # Parts
 
 
-def read_footer(path: str) -> tuple[list, int]:
-    """(the parsed FileMetaData struct, the byte offset where the footer starts)."""
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(4)
-        f.seek(size - 8)
-        tail = f.read(8)
-        if head != MAGIC or tail[4:] != MAGIC:
-            raise ParquetConcatError(f"{path}: not a plain Parquet file (encrypted or damaged)")
-        n = struct.unpack("<I", tail[:4])[0]
-        start = size - 8 - n
-        f.seek(start)
-        meta = _Reader(f.read(n)).struct()
+def read_footer(path: str, f=None) -> tuple[list, int]:
+    """(the parsed FileMetaData struct, the byte offset where the footer starts); ``f``: the file
+    already open (binary, unbuffered or buffered), else ``path`` is opened."""
+    if f is None:
+        with open(path, "rb") as g:
+            return read_footer(path, g)
+    size = os.fstat(f.fileno()).st_size
+    head = os.pread(f.fileno(), 4, 0)
+    tail = os.pread(f.fileno(), 8, max(0, size - 8))
+    if size < 12 or head != MAGIC or tail[4:] != MAGIC:
+        raise ParquetConcatError(f"{path}: not a plain Parquet file (encrypted or damaged)")
+    n = struct.unpack("<I", tail[:4])[0]
+    start = size - 8 - n
+    meta = _Reader(os.pread(f.fileno(), n, start)).struct()
     return meta, start
 
 
@@ -225,64 +226,140 @@ def _shift_row_group(rg: list, shift: int, ordinal: int, path: str) -> None:
                         raise ParquetConcatError(f"{path}: has bloom filters; cannot join it")
 
 
+class ParquetJoin:
+    """Parquet parts appended one at a time (in order) into ``out_path``; ``finish`` writes the
+    one footer. ``take_first``: the first part is moved to ``out_path`` and extended in place (its
+    bytes are not copied; same filesystem; consumed). ``truncate(i)`` forgets parts ``i..``
+    (appended again later). Memory: the parts' footers (metadata only)."""
+
+    def __init__(self, out_path: str, *, take_first: bool = False):
+        self.out_path, self.take_first = out_path, take_first
+        self._f = None
+        self._reset()
+
+    def _reset(self) -> None:
+        if self._f is not None:
+            self._f.close()
+        self._f = None
+        self.pos = len(MAGIC)  # where the next part's bytes go
+        self.row_groups: list = []
+        self.num_rows = 0
+        self.first: list | None = None  # FileMetaData of the first part (schema, key-value metadata)
+        self._schema_bytes = b""
+        self.parts: list[tuple[str, int, int, int, tuple]] = []  # (path, start, row groups, rows before, identity)
+        self._footer_intact = False  # the moved first part still ends with its own footer
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def add(self, path: str) -> tuple:
+        """Append the part at ``path``; returns its identity (device, inode, size, mtime) as read."""
+        if self.take_first and not self.parts:
+            os.replace(path, self.out_path)
+            self._f = open(self.out_path, "r+b", buffering=0)
+            src, own = self._f, True
+        else:
+            if self._f is None:
+                self._f = open(self.out_path, "wb", buffering=0)
+                self._f.write(MAGIC)
+            src, own = open(path, "rb", buffering=0), False
+        try:
+            st = os.fstat(src.fileno())
+            ident = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+            meta, footer_start = read_footer(path, src)
+            sb = _writer_bytes(_field(meta, 2))
+            if self.first is None:
+                self.first, self._schema_bytes = meta, sb
+            elif sb != self._schema_bytes:
+                raise ParquetConcatError(f"{path}: its Parquet schema differs from {self.parts[0][0]}'s")
+            shift = self.pos - len(MAGIC)
+            rg0 = len(self.row_groups)
+            rgs = _field(meta, _FMD_ROW_GROUPS)
+            for rg in (rgs[2][1] if rgs else []):
+                _shift_row_group(rg, shift, len(self.row_groups), path)
+                self.row_groups.append(rg)
+            rows0 = self.num_rows
+            self.num_rows += _field(meta, _FMD_NUM_ROWS)[2]
+            n = footer_start - len(MAGIC)
+            if not own:
+                _copy(src.fileno(), self._f.fileno(), len(MAGIC), self.pos, n)
+            self._footer_intact = own
+            self.parts.append((path, self.pos, rg0, rows0, ident))
+            self.pos += n
+        finally:
+            if not own:
+                src.close()
+        return ident
+
+    def truncate(self, i: int) -> None:
+        """Forget parts ``i..`` (the first part moved in place cannot be forgotten alone: i = 0
+        starts over, with ``out_path`` removed)."""
+        if i >= len(self.parts):
+            return
+        if i == 0:
+            self._reset()
+            if os.path.exists(self.out_path):
+                os.unlink(self.out_path)
+            return
+        _, self.pos, rg0, self.num_rows, _ = self.parts[i]
+        del self.row_groups[rg0:]
+        del self.parts[i:]
+        self._footer_intact = False
+
+    def finish(self, schema: pa.Schema) -> int:
+        """Write the footer (an empty file of ``schema`` when no part was added); the row count."""
+        if not self.parts:
+            import pyarrow.parquet as pq
+
+            self._reset()
+            pq.write_table(schema.empty_table(), self.out_path)
+            return 0
+        out = self._f
+        try:
+            if len(self.parts) == 1 and self._footer_intact:
+                return self.num_rows  # the moved part is the whole file, its footer as written
+            out.seek(self.pos)
+            out.truncate()
+            merged = [list(f) for f in self.first]
+            for f in merged:
+                if f[0] == _FMD_NUM_ROWS:
+                    f[2] = self.num_rows
+                elif f[0] == _FMD_ROW_GROUPS:
+                    f[2] = (_STRUCT, self.row_groups)
+            if _field(merged, _FMD_ROW_GROUPS) is None:
+                merged.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, self.row_groups)])
+                merged.sort(key=lambda f: f[0])
+            w = _Writer()
+            w.struct(merged)
+            out.write(bytes(w.out) + struct.pack("<I", len(w.out)) + MAGIC)
+            return self.num_rows
+        finally:
+            out.close()
+            self._f = None
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
 def concat_parquet(parts: list[str], out_path: str, schema: pa.Schema, *, take_first: bool = False) -> int:
-    """Join Parquet ``parts`` (same schema, in order) into ``out_path``; return the row count.
+    """Join Parquet ``parts`` (same schema, in order; missing paths skipped) into ``out_path``;
+    return the row count.
 
     No data is decoded: the parts' column chunks are copied as bytes and one footer is written.
     ``take_first``: the first part is moved to ``out_path`` and extended in place (its bytes are
-    not copied; it must be on the same filesystem and is consumed). An empty list gives a valid
-    empty file of ``schema``.
+    not copied; it must be on the same filesystem and is consumed; alone, it is the output as
+    written). An empty list gives a valid empty file of ``schema``.
     """
-    import pyarrow.parquet as pq
-
-    parts = [p for p in parts if os.path.exists(p)]
-    if not parts:
-        pq.write_table(schema.empty_table(), out_path)
-        return 0
-    metas = [read_footer(p) for p in parts]
-    first = metas[0][0]
-    schema_bytes = _writer_bytes(_field(first, 2))
-    for (m, _), p in zip(metas[1:], parts[1:]):
-        if _writer_bytes(_field(m, 2)) != schema_bytes:
-            raise ParquetConcatError(f"{p}: its Parquet schema differs from {parts[0]}'s")
-    row_groups, num_rows = [], 0
-    first_kept = False
-    if take_first:
-        os.replace(parts[0], out_path)
-        first_kept = True
-    with open(out_path, "r+b" if first_kept else "wb", buffering=0) as out:
-        if not first_kept:
-            out.write(MAGIC)
-        pos = len(MAGIC)
-        for i, ((meta, footer_start), p) in enumerate(zip(metas, parts)):
-            shift = pos - len(MAGIC)
-            rgs = _field(meta, _FMD_ROW_GROUPS)
-            for rg in (rgs[2][1] if rgs else []):
-                _shift_row_group(rg, shift, len(row_groups), p)
-                row_groups.append(rg)
-            num_rows += _field(meta, _FMD_NUM_ROWS)[2]
-            n = footer_start - len(MAGIC)
-            if not (i == 0 and first_kept):
-                with open(p, "rb", buffering=0) as src:
-                    _copy(src.fileno(), out.fileno(), len(MAGIC), pos, n)
-            pos += n
-        out.seek(pos)
-        out.truncate()
-        merged = [list(f) for f in first]
-        for f in merged:
-            if f[0] == _FMD_NUM_ROWS:
-                f[2] = num_rows
-            elif f[0] == _FMD_ROW_GROUPS:
-                f[2] = (_STRUCT, row_groups)
-        if _field(merged, _FMD_ROW_GROUPS) is None:
-            merged.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, row_groups)])
-            merged.sort(key=lambda f: f[0])
-        w = _Writer()
-        w.struct(merged)
-        out.write(bytes(w.out))
-        out.write(struct.pack("<I", len(w.out)))
-        out.write(MAGIC)
-    return num_rows
+    join = ParquetJoin(out_path, take_first=take_first)
+    try:
+        for p in parts:
+            if os.path.exists(p):
+                join.add(p)
+        return join.finish(schema)
+    finally:
+        join.close()
 
 
 def _writer_bytes(field: list | None) -> bytes:
@@ -311,4 +388,4 @@ def _copy(src_fd: int, dst_fd: int, src_off: int, dst_off: int, n: int) -> None:
         done += k
 
 
-__all__ = ["concat_parquet", "read_footer", "ParquetConcatError", "PART_WRITE_OPTIONS"]
+__all__ = ["concat_parquet", "ParquetJoin", "read_footer", "ParquetConcatError", "PART_WRITE_OPTIONS"]

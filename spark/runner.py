@@ -4,7 +4,8 @@
 smerge's own (``smerge.*``), starts a session for ``master`` unless one is given (the JVM's
 stderr goes to the Spark log, ``smerge.spark.session``), calls ``body(run)`` with a ``SparkRun``,
 and at the end -- however it ends: an error, Ctrl-C, SIGTERM (the CLI turns it into Ctrl-C) --
-removes every staging folder the body asked for (``run.staging``) and stops the session it
+calls what the body asked for (``run.on_end``), removes every staging folder the body asked for
+(``run.staging``) and stops the session it
 started (quietly unless ``verbose``). The body commits or aborts its outputs with
 ``smerge.jobs.outputs.committed``.
 """
@@ -36,6 +37,7 @@ class SparkRun:
     t0: float
     progress: Callable | None = None
     staged: list[str] = field(default_factory=list)
+    ended: list[Callable[[], Any]] = field(default_factory=list)
 
     @property
     def sc(self):
@@ -60,6 +62,10 @@ class SparkRun:
                 from None
         return path
 
+    def on_end(self, fn: Callable[[], Any]) -> None:
+        """Call ``fn()`` when the run ends, whatever ends it (before the staging folders go)."""
+        self.ended.append(fn)
+
     def stats(self, **more) -> dict:
         """The statistics every Spark run reports, plus ``more``."""
         return {"execution": "spark", "master": self.sc.master, "session_start_seconds": self.session_seconds,
@@ -83,6 +89,8 @@ def run_on_spark(body: Callable[[SparkRun], Any], *, master: str | None, partiti
     try:
         return body(run)
     finally:
+        for fn in run.ended:
+            fn()
         for path in run.staged:
             shutil.rmtree(path, ignore_errors=True)
         if owns_session:
