@@ -145,11 +145,19 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
 
 def _warm(_):
     import pyarrow.parquet  # noqa: F401 - the part writer
-    import smerge.datasets.netcdf  # noqa: F401 - netCDF4 and HDF5
-    import smerge.datasets.parquet  # noqa: F401
-    import smerge.merge._kernel  # noqa: F401 - numba and the cached kernels
+    import smerge.datasets.netcdf as nc
+    import smerge.datasets.netcdf_classic  # noqa: F401 - the size check of a netCDF open
+    import smerge.merge._kernel  # noqa: F401 - the C kernels
+    import smerge.spark.parquet  # noqa: F401 - the parts' footers
     import smerge.spark.tasks  # noqa: F401
     import smerge.transport  # noqa: F401
+    from smerge.datasets.base import backends
+
+    # What a merge task's first open_input imports otherwise (measured: netCDF4 and cftime, the
+    # whole backend registry, the archive reader), in the first task of every worker.
+    backends()
+    nc._netcdf4()
+    import smerge.spark.archive  # noqa: F401
 
     # pyarrow imports pandas lazily on its first conversion of a numpy masked array (~0.3 s),
     # which the netCDF reader does: pay it here, once per worker, not in the first job.
