@@ -12,7 +12,9 @@ inputs of `--par-records` (16M) each. Each run writes Spark's event log
 times, input and shuffle bytes; the stats give each merge task's Python CPU time
 (`task_cpu_seconds`). Driver-side serial time = job (`total_seconds`) minus the time when at
 least one task runs. Medians of `--par-repeat` interleaved rounds; raw runs in
-bench/results/spark_parallelism.json. Processes are capped at 16 GiB of address space.
+bench/results/spark_parallelism.json. Processes are capped at 16 GiB of address space. Before
+every run the previous output is removed and the page cache written back (`sync`), outside the
+measured process.
 
     .venv/bin/python bench/bench_spark.py --parallelism [--par-records 16e6] [--ps 1,8,32] [--par-repeat 3] [--write]
 
@@ -211,6 +213,11 @@ def measure_run(a: str, b: str, out: str, master: str, parts: int, log_dir: str)
     task; its stats and Spark's task metrics folded into the figures of the model."""
     shutil.rmtree(log_dir, ignore_errors=True)
     os.makedirs(log_dir)
+    # Every run starts alike: no output of an earlier run to replace (unlinking a 400 MB file
+    # still being written back took 0.3-1 s of the driver's time), nothing left to write back.
+    if os.path.exists(out):
+        os.remove(out)
+    os.sync()
     mode = ["--master", master, "--partitions", str(parts), *NOPF, *EVENT_LOG,
             "--conf", f"spark.eventLog.dir=file://{os.path.abspath(log_dir)}"]
     t = time.perf_counter()
@@ -290,7 +297,7 @@ def parallelism(args) -> dict:
     out = os.path.join(args.dir, "out-par.parquet")
     log_dir = os.path.join(args.dir, "eventlog")
     saved = {"records": n, "master": args.par_master, "ps": ps, "repeat": args.par_repeat, "machine": machine(),
-             "load": [os.getloadavg()], "runs": {f"{k} P={p}": [] for k in inputs for p in ps}}
+             "load": [os.getloadavg()], "fresh_output": True, "runs": {f"{k} P={p}": [] for k in inputs for p in ps}}
     os.makedirs(RESULTS, exist_ok=True)
     for r in range(args.par_repeat):  # interleaved: round r runs every configuration once
         for kind, (a, b) in inputs.items():
@@ -327,7 +334,9 @@ def render_parallelism(saved: dict) -> list[str]:
              f"--par-repeat {args.par_repeat} --write` (every run a fresh `smerge cgm` process; medians of "
              f"{rounds} interleaved rounds{'' if rounds == args.par_repeat else f' of {args.par_repeat} asked (stopped)'}; load average {load[0][0]:.1f} / {load[0][1]:.1f} at the start, "
              f"{load[1][0]:.1f} / {load[1][1]:.1f} at the end (1 / 5 min), {min(r['load'] for rs in runs.values() for r in rs):.1f}-"
-             f"{max(r['load'] for rs in runs.values() for r in rs):.1f} after the runs). Task figures are Spark's own metrics "
+             f"{max(r['load'] for rs in runs.values() for r in rs):.1f} after the runs"
+             + ("; before every run the previous output removed and the page cache written back, outside the "
+                "measured process" if saved.get("fresh_output") else "") + "). Task figures are Spark's own metrics "
              "from the run's event log (`spark.eventLog.enabled`): Executor Run Time per task, launch and "
              "finish times; \"Python CPU\" is the Python worker's CPU time per merge task (`task_cpu_seconds` "
              "in the stats; Spark's Executor CPU Time counts only the JVM's task thread, which waits for the "
