@@ -141,6 +141,10 @@ class _Writer:
             self.out += v
         elif t in (_LIST, _SET):
             et, items = v
+            if isinstance(items, _Encoded):  # structs encoded before: their bytes as they are
+                self._list_header(et, len(items))
+                self.out += b"".join(items)
+                return
             if len(items) < 15:
                 self.out.append((len(items) << 4) | et)
             else:
@@ -164,6 +168,13 @@ class _Writer:
         else:
             raise ParquetConcatError(f"unknown Thrift type {t}")
 
+    def _list_header(self, et: int, n: int) -> None:
+        if n < 15:
+            self.out.append((n << 4) | et)
+        else:
+            self.out.append(0xF0 | et)
+            self.varint(n)
+
     def struct(self, fields: list) -> None:
         last = 0
         for fid, t, v in fields:
@@ -178,6 +189,10 @@ class _Writer:
             self.value(t, v)
             last = fid
         self.out.append(0)
+
+
+class _Encoded(list):
+    """List items (bytes) already in the compact protocol, written as they are."""
 
 
 def _field(fields: list, fid: int) -> list | None:
@@ -277,7 +292,9 @@ class ParquetJoin:
             rgs = _field(meta, _FMD_ROW_GROUPS)
             for rg in (rgs[2][1] if rgs else []):
                 _shift_row_group(rg, shift, len(self.row_groups), path)
-                self.row_groups.append(rg)
+                w = _Writer()
+                w.struct(rg)
+                self.row_groups.append(bytes(w.out))  # encoded now: finish only joins them
             rows0 = self.num_rows
             self.num_rows += _field(meta, _FMD_NUM_ROWS)[2]
             n = footer_start - len(MAGIC)
@@ -320,15 +337,12 @@ class ParquetJoin:
                 return self.num_rows  # the moved part is the whole file, its footer as written
             out.seek(self.pos)
             out.truncate()
-            merged = [list(f) for f in self.first]
+            merged = [list(f) for f in self.first if f[0] != _FMD_ROW_GROUPS]
+            merged.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, _Encoded(self.row_groups))])
+            merged.sort(key=lambda f: f[0])
             for f in merged:
                 if f[0] == _FMD_NUM_ROWS:
                     f[2] = self.num_rows
-                elif f[0] == _FMD_ROW_GROUPS:
-                    f[2] = (_STRUCT, self.row_groups)
-            if _field(merged, _FMD_ROW_GROUPS) is None:
-                merged.append([_FMD_ROW_GROUPS, _LIST, (_STRUCT, self.row_groups)])
-                merged.sort(key=lambda f: f[0])
             w = _Writer()
             w.struct(merged)
             out.write(bytes(w.out) + struct.pack("<I", len(w.out)) + MAGIC)
