@@ -48,7 +48,7 @@ def _open_k1(spec: SideSpec):
 
     try:
         src = open_input(spec.path, keys=spec.keys[:1], variables=spec.keys[:1],
-                         batch_rows=spec.step * spec.inner * SCAN_BATCH_CHUNKS)
+                         batch_rows=spec.step * spec.inner * SCAN_BATCH_CHUNKS, **spec.open_options)
         if (tuple(src.schema.names) == spec.keys[:1] and src.outer_size == spec.outer
                 and src.inner_size == spec.inner):
             return src
