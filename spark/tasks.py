@@ -37,6 +37,7 @@ from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
 from smerge.merge.keys import KeyedBatch, key_matrix
 from smerge.spark.parts import PartWriter
+from smerge.spark.rows import Rows as _Rows
 from smerge.spark.windows import task_params
 
 
@@ -130,33 +131,6 @@ class MergePlan:
         return len(self.bounds) + 1
 
 
-class _Rows:
-    """A growable array (global row ids of a partition's stream, by local position).
-
-    Appended by a reader thread, read by the engine thread: entries are written before the
-    batch that refers to them is handed over, and a reallocation copies them first.
-    """
-
-    def __init__(self, dtype=np.int64):
-        self.buf = np.empty(1 << 16, dtype=dtype)
-        self.n = 0
-
-    def extend(self, values: np.ndarray) -> None:
-        need = self.n + values.size
-        if need > self.buf.size:
-            new = np.empty(max(need, 2 * self.buf.size), dtype=self.buf.dtype)
-            new[: self.n] = self.buf[: self.n]
-            new[self.n: need] = values
-            self.buf = new
-        else:
-            self.buf[self.n: need] = values
-        self.n = need
-
-    def view(self) -> np.ndarray:
-        buf, n = self.buf, self.n
-        return buf[: min(n, buf.size)]
-
-
 PART_KINDS = ("pairs", "ua", "ub")
 
 
@@ -195,8 +169,8 @@ def visibility(bounds: np.ndarray, k: np.ndarray, eps1: float) -> tuple[np.ndarr
     return own, lo, hi
 
 
-def _file_batches(spec: SideSpec, runs, io: dict | None = None) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
-    """The records of ``runs`` (outer-index ranges) of one input, with their global row ids;
+def _file_batches(spec: SideSpec, runs, io: dict | None = None) -> Iterator[tuple[pa.RecordBatch, int]]:
+    """The records of ``runs`` (outer-index ranges) of one input, with their first global row id;
     ``io`` gets the reader's counters (an archive's ``blocks_read``, ``bytes_read``)."""
     src = spec.open()
     if io is not None:
@@ -205,23 +179,27 @@ def _file_batches(spec: SideSpec, runs, io: dict | None = None) -> Iterator[tupl
         row = start * spec.inner
         for batch in src.batches(start, stop):
             n = batch.num_rows
-            yield batch, np.arange(row, row + n, dtype=np.int64)
+            yield batch, row  # the batch's records are rows row, row + 1, ...
             row += n
 
 
-def _stream(batches: Iterator[tuple[pa.RecordBatch, np.ndarray]], keys: tuple[str, ...], select,
+def _stream(batches: Iterator[tuple[pa.RecordBatch, np.ndarray | int]], keys: tuple[str, ...], select,
             rows: _Rows | None) -> Iterator[KeyedBatch]:
     """The partition's records of one input in arrival order, with their key matrix; their
-    global ids go to ``rows``. Runs in a reader thread (the key matrix is computed there)."""
+    global ids go to ``rows``. Runs in a reader thread (the key matrix is computed there).
+    ``batches`` gives each batch's row ids, or the first one when they are consecutive."""
     for batch, g in batches:
         k = key_matrix(batch, keys)
         mask = select(k)
         if mask is None or mask.all():
             if rows is not None:
-                rows.extend(g)
+                if isinstance(g, np.ndarray):
+                    rows.extend(g)
+                else:
+                    rows.extend_run(g, batch.num_rows)
             yield KeyedBatch(batch, k)
         elif mask.any():
-            rows.extend(g[mask])
+            rows.extend(g[mask] if isinstance(g, np.ndarray) else g + np.flatnonzero(mask))
             yield KeyedBatch(batch.filter(pa.array(mask)), np.ascontiguousarray(k[mask]))
 
 
@@ -339,8 +317,8 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
             counters["b_visible"] += n
             return None
         if inside_range(k[:, 0], lo_edge, hi_edge, eps1):  # owned here, seen by no other partition
-            b_shared.extend(np.zeros(n, np.bool_))
-            b_owned.extend(np.ones(n, np.bool_))
+            b_shared.extend_run(0, n, 0)
+            b_owned.extend_run(1, n, 0)
             counters["b_owned"] += n
             counters["b_visible"] += n
             return None
@@ -400,7 +378,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
             return batch
         i = batch.schema.get_field_index(col)
         local = batch.column(i).to_numpy()
-        return batch.set_column(i, batch.schema.field(i), pa.array(rows.view()[local], pa.int64()))
+        return batch.set_column(i, batch.schema.field(i), pa.array(rows.take(local), pa.int64()))
 
     def sink(side: str, batch: pa.RecordBatch) -> None:
         if not plan.want_unmatched:
@@ -412,7 +390,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
             bg.put(("ub", batch))
             return
         local = batch.column("b_row").to_numpy()
-        sh, ow = b_shared.view()[local], b_owned.view()[local]
+        sh, ow = b_shared.take(local), b_owned.take(local)
         batch = remap(batch, "b_row", gb)
         bg.put(("ub", batch.filter(pa.array(~sh))))
         keep = sh & ow
@@ -430,12 +408,12 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
                     _maybe_kill(plan, p)
                     continue
                 lb = batch.column("b_row").to_numpy()
-                sh = b_shared.view()[lb]
+                sh = b_shared.take(lb)
                 if not sh.any():
                     bg.put(("pairs", remap(remap(batch, "a_row", ga), "b_row", gb) if ids_out else batch))
                     final_pairs += batch.num_rows
                 else:
-                    ow = b_owned.view()[lb]
+                    ow = b_owned.take(lb)
                     fin = ~sh
                     mapped = remap(remap(batch, "a_row", ga), "b_row", gb)
                     bg.put(("pairs", mapped.filter(pa.array(fin))))
@@ -447,8 +425,9 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         except KeyNaNError as e:  # the engine saw a local row id: report the global one
             if single:
                 raise
-            g = (ga if e.source == plan.source_a else gb).view()
-            raise KeyNaNError(e.column, int(g[e.row]) if 0 <= e.row < g.size else e.row, e.source) from None
+            g = ga if e.source == plan.source_a else gb
+            raise KeyNaNError(e.column, int(g.take(np.array([e.row]))[0]) if 0 <= e.row < g.n else e.row,
+                              e.source) from None
         bg.close()
         for w in writers.values():
             w.close()
