@@ -162,14 +162,17 @@ def used_for(path: str) -> dict | None:
 
 
 def _read_chosen(man: Manifest, blocks: Sequence[dict], read_cols: list[str] | None,
-                 counters: dict, rng: np.random.Generator | None = None, keep: float = 1.0) -> list[pa.Table]:
+                 counters: dict, masks: Sequence[np.ndarray | None] | None = None) -> list[pa.Table]:
+    """The ``blocks`` read, each reduced to the records its mask keeps (``masks``: one per block,
+    None for a block kept whole; no ``masks``: every record)."""
     parts = []
-    for block in blocks:
+    for i, block in enumerate(blocks):
         t = read_block(man, block, read_cols)
         counters["blocks_read"] = counters.get("blocks_read", 0) + 1
         counters["bytes_read"] = counters.get("bytes_read", 0) + block["bytes"]
-        if keep < 1.0:  # the kept rows by index: Table.take is ~5x faster than Table.filter on a mask
-            kept = np.flatnonzero(rng.random(t.num_rows) < keep)
+        mask = None if masks is None else masks[i]
+        if mask is not None:  # the kept rows by index: Table.take is ~5x faster than Table.filter on a mask
+            kept = np.flatnonzero(mask)
             if kept.size < t.num_rows:
                 t = t.take(pa.array(kept))
         if t.num_rows:
@@ -191,13 +194,24 @@ def _read_cols(man: Manifest, columns: list[str] | None) -> list[str] | None:
     return None if columns is None else list(dict.fromkeys(list(columns) + [man.time]))
 
 
-def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
-               columns: list[str] | None, counters: dict) -> pa.Table | None:
-    """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""
+def _run_draws(man: Manifest, run_index: int, fraction: float, seed: int) -> list[tuple[dict, np.ndarray | None]]:
+    """The blocks run ``run_index``'s sample reads at a fixed ``fraction`` and ``seed``, each with
+    the mask of the records it keeps (None: all). The draws (the blocks chosen, then one uniform
+    number per record of a chosen block) depend on the manifest's block counts only: the read
+    (:func:`run_sample`) and the count (:func:`sample_counts`) share them."""
     rng = np.random.default_rng([seed, run_index])
     blocks, represented = blocks_for_fraction(man, run_index, fraction, rng)
     keep = min(1.0, fraction / represented)  # randomize-then-sort: f R / ceil(R f); eager: f / the copy's
-    parts = _read_chosen(man, blocks, _read_cols(man, columns), counters, rng, keep)
+    if keep >= 1.0:
+        return [(b, None) for b in blocks]
+    return [(b, rng.random(b["count"]) < keep) for b in blocks]
+
+
+def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
+               columns: list[str] | None, counters: dict) -> pa.Table | None:
+    """The sampled records of run ``run_index``, merged by time (stable); None when none is kept."""
+    draws = _run_draws(man, run_index, fraction, seed)
+    parts = _read_chosen(man, [b for b, _ in draws], _read_cols(man, columns), counters, [m for _, m in draws])
     return _merge_run(man, parts, columns, counters)
 
 
@@ -206,9 +220,8 @@ _COUNTS: dict[tuple, list[int]] = {}  # (folder, manifest checksum, fraction, se
 
 def sample_counts(man: Manifest, fraction: float, seed: int) -> list[int]:
     """The records of each run's sample at a fixed ``fraction`` and ``seed``, from the manifest
-    alone: the draws of :func:`run_sample` (the blocks chosen, then one uniform number per record
-    of a chosen block) depend on the block counts only, so they are replayed here without reading
-    a block. Costs about ``fraction`` x N random numbers (none at f = 1); cached per process."""
+    alone: :func:`run_sample`'s draws (:func:`_run_draws`) replayed without reading a block.
+    Costs about ``fraction`` x N random numbers (none at f = 1); cached per process."""
     key = (os.path.realpath(man.directory), man.meta.get("manifest_sha256"), float(fraction), int(seed))
     if key in _COUNTS:
         return _COUNTS[key]
@@ -217,13 +230,8 @@ def sample_counts(man: Manifest, fraction: float, seed: int) -> list[int]:
         if fraction >= 1.0:
             out.append(sum(b["count"] for b in run["blocks"]))
             continue
-        rng = np.random.default_rng([seed, i])
-        blocks, represented = blocks_for_fraction(man, i, fraction, rng)
-        keep = min(1.0, fraction / represented)
-        if keep >= 1.0:
-            out.append(sum(b["count"] for b in blocks))
-        else:
-            out.append(sum(int(np.count_nonzero(rng.random(b["count"]) < keep)) for b in blocks))
+        out.append(sum(b["count"] if m is None else int(np.count_nonzero(m))
+                       for b, m in _run_draws(man, i, fraction, seed)))
     _COUNTS[key] = out
     return out
 
