@@ -138,14 +138,15 @@ def start_join(prep: PreparedMerge, plan: MergePlan) -> PartJoiner | None:
 
 
 def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict,
-                   joiner: PartJoiner | None = None) -> None:
+                   joiner: PartJoiner | None) -> None:
     """Executors wrote the final Parquet parts; add the driver's parts (kept seam pairs, seam
     records that became unmatched) and move everything into place.
 
     A dataset output is the folder of parts itself (renamed into place). A single file is the
     parts joined byte-for-byte (``smerge.spark.parquet``: row groups copied, one footer
     written), into a temporary file renamed over the target; ``joiner`` (``start_join``, started
-    before the merge job) has appended the parts finished during the job. The outputs are moved
+    before the merge job; None when no output is a single file) has appended the parts finished
+    during the job. The outputs are moved
     into place only when every one of them is complete.
     """
     P = plan.parts
@@ -175,7 +176,6 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
                 cands.append(t.filter(pa.array(~np.isin(t.column("b_row").to_numpy(), kept_b))))
         extra("ub", plan.unb_schema, cands)
         targets += [("ua", prep.unmatched_paths[0], plan.una_schema), ("ub", prep.unmatched_paths[1], plan.unb_schema)]
-    joiner = joiner or start_join(prep, plan)
     ready: list[tuple[str, str, bool]] = []  # (finished path, target, is a directory)
     try:
         for kind, target, schema in targets:

@@ -141,15 +141,10 @@ class _Writer:
             self.out += v
         elif t in (_LIST, _SET):
             et, items = v
+            self._list_header(et, len(items))
             if isinstance(items, _Encoded):  # structs encoded before: their bytes as they are
-                self._list_header(et, len(items))
                 self.out += b"".join(items)
                 return
-            if len(items) < 15:
-                self.out.append((len(items) << 4) | et)
-            else:
-                self.out.append(0xF0 | et)
-                self.varint(len(items))
             for it in items:
                 if et in (_BOOL_TRUE, _BOOL_FALSE):
                     self.out.append(1 if it else 2)

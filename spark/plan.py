@@ -19,6 +19,7 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError, SmergeError, UsageError
 from smerge.jobs import PreparedMerge
 from smerge.spark.actions import arrow_batches, raise_task_error, run_job, session_conf, spark_action
+from smerge.spark.archive import pinned_sample
 from smerge.spark.tasks import SideSpec, key_columns
 
 SAMPLE_PER_CHUNK = 256  # k1 values per chunk for the boundaries
@@ -180,7 +181,8 @@ def side_spec(prep: PreparedMerge, side: str) -> SideSpec:
     inner = max(int(src.inner_size or 1), 1)
     step = max(1, job.batch_rows // inner)
     return SideSpec(path=src.path, keys=tuple(src.keys), variables=tuple(variables) if variables else None,
-                    batch_rows=job.batch_rows, schema=src.schema, step=step, inner=inner, outer=src.outer_size)
+                    batch_rows=job.batch_rows, schema=src.schema, step=step, inner=inner, outer=src.outer_size,
+                    sample=pinned_sample(src.path))
 
 
 def _outer_coordinate_k1(src) -> np.ndarray | None:

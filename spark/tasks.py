@@ -53,15 +53,9 @@ class SideSpec:
     step: int  # outer indices per chunk
     inner: int  # records per outer index
     outer: int | None  # outer size (None: unknown until read, CSV)
-    # An archive input's (fraction, seed), pinned on the driver when the spec is made (() for
-    # other inputs): every task then reads the same sample as --local (smerge.spark.archive).
-    sample: tuple = None
-
-    def __post_init__(self) -> None:
-        if self.sample is None:
-            from smerge.spark.archive import pinned_sample
-
-            object.__setattr__(self, "sample", pinned_sample(self.path))
+    # An archive input's (fraction, seed), pinned on the driver (plan.side_spec; () for other
+    # inputs): every task then reads the same sample as --local (smerge.spark.archive).
+    sample: tuple = ()
 
     @property
     def open_options(self) -> dict:
