@@ -53,8 +53,8 @@ from smerge.datasets.archive_aggregate import (AggregateSpec, _write_aggregates,
                                                check_aggregate, parse_aggregate, read_aggregate, window_starts)
 from smerge.datasets.archive_manifest import (  # noqa: F401 - public here too
     AGG_DIR, AGG_FUNCS, ARCHIVE_FORMAT, ARCHIVE_VERSION, DEFAULT_BLOCK_ROWS, DEFAULT_RUN_BLOCKS, EAGER, LAYOUT, LAYOUTS,
-    LOCK, MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _digest, _fsync_dir,
-    _fsync_file, _json_time, _make_dir, _short, _write_manifest, all_blocks, blocks_for_fraction, damaged,
+    LOCK, MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _digest, _fsync_path,
+    _json_time, _make_dir, _short, _write_manifest, all_blocks, blocks_for_fraction, damaged,
     eager_fractions, info, is_archive, max_time, min_time, read_block, read_manifest, schema_list)
 from smerge.datasets.outputs import remove_stale
 from smerge.errors import InputError, OutputError, UsageError
@@ -305,9 +305,9 @@ def _commit(directory: str, meta: dict, run: dict) -> None:
     (``meta``, which lists it) atomically. Runs in the append's commit thread, one run at a time, in order."""
     files = {b["file"] for b in all_blocks(run)} | {a["file"] for a in run.get("aggregates", ())}
     for name in sorted(files):
-        _fsync_file(os.path.join(directory, name))
+        _fsync_path(os.path.join(directory, name))
     for folder in sorted({os.path.dirname(name) for name in files}):
-        _fsync_dir(os.path.join(directory, folder))
+        _fsync_path(os.path.join(directory, folder))
     _write_manifest(directory, meta)
 
 

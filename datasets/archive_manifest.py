@@ -291,11 +291,12 @@ def _write_manifest(directory: str, meta: dict) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    _fsync_dir(directory)
+    _fsync_path(directory)
 
 
-def _fsync_dir(directory: str) -> None:
-    fd = os.open(directory, os.O_RDONLY)
+def _fsync_path(path: str) -> None:
+    """fsync a file or a folder by its path (a folder: its entries are durable)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
@@ -309,15 +310,7 @@ def _make_dir(path: str) -> None:
     parent = os.path.dirname(path)
     _make_dir(parent)
     os.makedirs(path, exist_ok=True)
-    _fsync_dir(parent)
-
-
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync_path(parent)
 
 
 def min_time(blocks: list[dict]) -> Any:
