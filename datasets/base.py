@@ -39,6 +39,21 @@ class GridInfo:
         return size
 
 
+@dataclass(frozen=True)
+class RawKey:
+    """The leading key of an input read in its stored form, for scans that only need its order
+    statistics (the k1 scan of a partitioned run: per chunk the range, the missing values and a
+    sample). ``batches(start, stop)`` yields ``(values, missing)`` for the records of outer
+    indices ``start`` to ``stop``: the stored values (numpy) and which records have no key (a
+    bool array, or None when none); ``to_arrow(values)`` gives the key column of those
+    (non-missing) values as ``batches()`` would. The stored-to-key mapping is non-decreasing
+    (CF time decoding, a numeric cast), so the key's minimum and maximum are those of the stored
+    values, mapped: a scan maps a chunk's few statistics instead of every value."""
+
+    batches: Callable[[int, int | None], Iterator[tuple[Any, Any]]]
+    to_arrow: Callable[[Any], pa.Array]
+
+
 @dataclass
 class InputSource:
     """An opened input: its record schema, resolved keys and a way to stream its records.
@@ -61,6 +76,7 @@ class InputSource:
     # Counts the reader keeps while streaming, e.g. "masked": values outside valid_min/valid_max/
     # valid_range made missing (netCDF). Filled as batches() is iterated in this process.
     counters: dict = field(default_factory=dict)
+    raw_key: RawKey | None = None  # the leading key in its stored form, when the format allows it
 
     def batches(self, start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
         return self.open_batches(start, stop)

@@ -19,7 +19,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, register_backend
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, RawKey, register_backend
 from smerge.datasets.cf_refs import references
 from smerge.datasets.cf_time import GREGORIAN_SWITCH_US, CFTime, parse_cf_time
 from smerge.errors import InputError, MissingKeyError, UsageError
@@ -238,7 +238,8 @@ class NetCDFBackend:
         plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
                          time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked)
 
-        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+        def slabs(start: int, stop: int | None, read) -> Iterator:
+            """``read(ds, a, b)`` for the slabs of outer indices ``start:stop``, one open of the file."""
             stop = outer if stop is None else min(stop, outer)
             step = max(1, batch_rows // max(inner, 1))
             with NC_LOCK:
@@ -248,17 +249,25 @@ class NetCDFBackend:
                 for a in range(start, stop, step):
                     b = min(a + step, stop)
                     with NC_LOCK:
-                        batch, masked = plan.slab(ds, a, b)
-                    counters["masked"] += masked
-                    counters["read_here"] = True
-                    yield batch
+                        got = read(ds, a, b)
+                    yield got
             finally:
                 with NC_LOCK:
                     ds.close()
 
+        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+            for batch, masked in slabs(start, stop, plan.slab):
+                counters["masked"] += masked
+                counters["read_here"] = True
+                yield batch
+
+        raw_key = None
+        if key_names and key_kind[key_names[0]] == ("full",):
+            raw_key = RawKey(batches=lambda start=0, stop=None: slabs(start, stop, plan.raw_key),
+                             to_arrow=plan.key_arrow)
         return InputSource(path=path, format=self.name, schema=schema, keys=tuple(key_names),
                            num_rows=int(np.prod(shape)) if shape else 1, outer_size=outer, inner_size=inner,
-                           open_batches=batches, grid=grid, counters=counters)
+                           open_batches=batches, grid=grid, counters=counters, raw_key=raw_key)
 
     @staticmethod
     def _coordinate(v, path: str, k: str, ct: CFTime | None) -> tuple[np.ndarray, pa.DataType]:
@@ -363,6 +372,35 @@ class _SlabPlan:
             cols.append(_arrow(data.reshape(n)).cast(f.type) if not pa.types.is_string(f.type)
                         else pa.array(data.reshape(n), type=pa.string()))
         return pa.RecordBatch.from_arrays(cols, schema=self.schema), masked
+
+
+    def raw_key(self, ds, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """The leading key (a variable on all dimensions) of outer indices ``a:b`` as stored,
+        unpacked but not time-decoded, and its missing values: masked, NaN, and for a CF time
+        also infinite (as ``slab`` makes them missing keys). ``smerge.datasets.base.RawKey``."""
+        k = self.key_names[0]
+        try:
+            col = ds.variables[k][a:b]
+        except (OSError, RuntimeError, IndexError, ValueError) as e:
+            raise _read_error(self.path, f"variable {k!r}", e) from None
+        data = np.ma.getdata(col).reshape(-1)
+        missing = np.ma.getmaskarray(col).reshape(-1) if np.ma.isMaskedArray(col) else None
+        if data.dtype.kind == "f":
+            bad = ~np.isfinite(data) if k in self.time_decode else np.isnan(data)
+            missing = bad if missing is None else missing | bad
+        if missing is not None and not missing.any():
+            missing = None
+        return data, missing
+
+    def key_arrow(self, values: np.ndarray) -> pa.Array:
+        """The leading key column of stored values (none missing) as ``slab`` builds it."""
+        k = self.key_names[0]
+        f = self.schema.field(k)
+        ct = self.time_decode.get(k)
+        if ct is not None:
+            us, mask = ct.decode(values, source=self.path, name=k)
+            return pa.array(us, mask=mask).cast(f.type)
+        return _arrow(values).cast(f.type)
 
 
 def _range_masked(var, a: int, b: int, data) -> int:

@@ -58,64 +58,96 @@ def _open_k1(spec: SideSpec):
     return spec.open_keys()
 
 
+def _k1_batches(spec: SideSpec, start: int, stop: int | None):
+    """(values, missing, to_key) per batch of the leading key of outer indices ``start:stop``:
+    its stored values when the reader offers them (``InputSource.raw_key``: a chunk's few
+    statistics are mapped to key values instead of every record), else the key values."""
+    src = _open_k1(spec)
+    if src.raw_key is not None:
+        k1 = spec.keys[0]
+        to_key = lambda v: key_columns(pa.RecordBatch.from_arrays([src.raw_key.to_arrow(v)], names=[k1]),  # noqa: E731
+                                       (k1,))[:, 0]
+        for values, missing in src.raw_key.batches(start, stop):
+            yield values, missing, to_key
+        return
+    for b in src.batches(start, stop):
+        k1 = key_columns(b, spec.keys[:1])[:, 0]
+        yield k1, np.isnan(k1), None
+
+
 def scan_chunks(side: str, spec: SideSpec, first_chunk: int, last_chunk: int | None) -> list[ChunkStats]:
     """Read the leading key k1 of chunks ``first_chunk .. last_chunk`` (None: to the end); their stats.
 
-    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns). Streams:
+    Only k1 is read when the format allows it (netCDF variables, Parquet/Arrow columns), in its
+    stored form where the reader offers it (netCDF: times not decoded record by record). Streams:
     holds one batch and at most one chunk of k1 values at a time (a chunk spanning two batches is
     joined), not the whole range (allocating that, 8 bytes per record, cost more than reading it).
     """
-    src = _open_k1(spec)
     start = first_chunk * spec.step
     stop = None if last_chunk is None else (last_chunk + 1) * spec.step
     chunk_rows = spec.step * spec.inner
     row0 = start * spec.inner
     out: list[ChunkStats] = []
-    carry: list[np.ndarray] = []  # the start of a chunk the next batch completes
+    carry: list[tuple[np.ndarray, np.ndarray | None]] = []  # the start of a chunk the next batch completes
     done = 0  # records of the range turned into chunk stats
+    to_key = None
 
-    def emit(seg: np.ndarray) -> None:
+    def emit(seg: np.ndarray, missing: np.ndarray | None) -> None:
         nonlocal done
         off = done
         out.append(_chunk_stats(side, (row0 + off) // chunk_rows, seg.size, seg, spec.keys[0],
-                                lambda i, o=off: row0 + o + i))
+                                lambda i, o=off: row0 + o + i, missing=missing, to_key=to_key))
         done += seg.size
 
-    for b in src.batches(start, stop):
-        k1 = key_columns(b, spec.keys[:1])[:, 0]
+    def joined(parts):
+        vals = np.concatenate([v for v, _ in parts])
+        if all(m is None for _, m in parts):
+            return vals, None
+        return vals, np.concatenate([np.zeros(v.size, bool) if m is None else m for v, m in parts])
+
+    for k1, missing, to_key in _k1_batches(spec, start, stop):
         pos = 0
         if carry:
-            need = chunk_rows - sum(c.size for c in carry)
-            carry.append(k1[:need])
+            need = chunk_rows - sum(v.size for v, _ in carry)
+            carry.append((k1[:need], None if missing is None else missing[:need]))
             pos = min(need, k1.size)
-            if sum(c.size for c in carry) < chunk_rows:
+            if sum(v.size for v, _ in carry) < chunk_rows:
                 continue
-            emit(np.concatenate(carry))
+            emit(*joined(carry))
             carry = []
         while k1.size - pos >= chunk_rows:
-            emit(k1[pos:pos + chunk_rows])
+            emit(k1[pos:pos + chunk_rows], None if missing is None else missing[pos:pos + chunk_rows])
             pos += chunk_rows
         if pos < k1.size:
-            carry.append(k1[pos:].copy())
+            carry.append((k1[pos:].copy(), None if missing is None else missing[pos:].copy()))
     if carry:
-        emit(np.concatenate(carry))
+        emit(*joined(carry))
     return out
 
 
-def _chunk_stats(side: str, chunk: int, count: int, seg: np.ndarray, k1: str, row_of) -> ChunkStats:
+def _chunk_stats(side: str, chunk: int, count: int, seg: np.ndarray, k1: str, row_of, *,
+                 missing: np.ndarray | None = None, to_key=None) -> ChunkStats:
     """One chunk's stats from the k1 values ``seg`` of its records (or of its outer indices);
-    ``row_of(i)`` is the global row of the record behind ``seg[i]``."""
+    ``row_of(i)`` is the global row of the record behind ``seg[i]``. ``missing``: the records
+    without a key (None: none). ``to_key``: maps stored values to key values (a non-decreasing
+    map; ``InputSource.raw_key``), applied to the range and samples only."""
     st = ChunkStats(side, chunk, count=count)
-    nan = np.isnan(seg)
-    if nan.any():
+    nan = missing
+    if nan is not None and nan.any():
         st.nan_k1 = True
         st.first_nan_row = row_of(int(np.argmax(nan)))
         st.first_nan_key = k1
         seg = seg[~nan]
     if seg.size:
-        st.k1_min, st.k1_max = float(seg.min()), float(seg.max())
-        st.sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
-        st.order = seg[::max(1, seg.size // ORDER_PER_CHUNK)].copy()
+        lo_hi = np.array([seg.min(), seg.max()], dtype=seg.dtype)
+        sample = seg[::max(1, seg.size // SAMPLE_PER_CHUNK)].copy()
+        order = seg[::max(1, seg.size // ORDER_PER_CHUNK)].copy()
+        if to_key is not None:  # one mapping of the range and both samples together
+            mapped = to_key(np.concatenate([lo_hi, sample, order]))
+            lo_hi, sample, order = mapped[:2], mapped[2:2 + sample.size], mapped[2 + sample.size:]
+        st.k1_min, st.k1_max = float(lo_hi[0]), float(lo_hi[1])
+        st.sample = np.asarray(sample, dtype=np.float64)
+        st.order = np.asarray(order, dtype=np.float64)
     return st
 
 
@@ -126,7 +158,7 @@ def coord_chunk_stats(side: str, spec: SideSpec, k1_by_outer: np.ndarray) -> lis
     for c, a in enumerate(range(0, k1_by_outer.size, spec.step)):
         seg = k1_by_outer[a:a + spec.step]
         out.append(_chunk_stats(side, c, seg.size * spec.inner, seg, spec.keys[0],
-                                lambda i, a=a: (a + i) * spec.inner))
+                                lambda i, a=a: (a + i) * spec.inner, missing=np.isnan(seg)))
     return out
 
 
@@ -172,6 +204,19 @@ def needed_runs(stats: list[ChunkStats], lo: float, hi: float, closed_hi: bool, 
         else:
             runs.append([c * step, (c + 1) * step])
     return tuple((a, b) for a, b in runs)
+
+
+def outer_runs(k1_by_outer: np.ndarray, lo: float, hi: float, closed_hi: bool,
+               with_nan: bool) -> tuple[tuple[int, int], ...]:
+    """Outer-index runs whose k1 lies in [lo, hi) (or [lo, hi]), NaN ones too when ``with_nan``:
+    ``needed_runs`` for an input whose k1 is known per outer index (metadata), exact to the
+    outer index instead of to the chunk, so a task reads no record it does not own or see."""
+    with np.errstate(invalid="ignore"):
+        inside = (k1_by_outer >= lo) & ((k1_by_outer <= hi) if closed_hi else (k1_by_outer < hi))
+    if with_nan:
+        inside |= np.isnan(k1_by_outer)
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], inside.astype(np.int8), [0]))))
+    return tuple((int(a), int(b)) for a, b in zip(edges[::2], edges[1::2]))
 
 
 def side_spec(prep: PreparedMerge, side: str) -> SideSpec:
@@ -220,16 +265,19 @@ def _scan(item, specs):
         return (type(e).__name__, str(e), None, None)
 
 
-def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> tuple[dict, dict]:
+def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> tuple[dict, dict, dict]:
     """Chunk statistics of both inputs: from metadata where the file allows it (gridded netCDF
-    keyed by its outer coordinate), else from a scan of k1 on the executors."""
+    keyed by its outer coordinate; k1 per outer index is returned for those), else from a scan
+    of k1 on the executors."""
     stats: dict[str, list[ChunkStats]] = {}
     how: dict[str, str] = {}
+    by_outer: dict[str, np.ndarray] = {}
     for side, src in (("a", prep.src_a), ("b", prep.src_b)):
         k1 = _outer_coordinate_k1(src)
         if k1 is not None:
             stats[side] = coord_chunk_stats(side, specs[side], k1)
             how[side] = "metadata"
+            by_outer[side] = k1
     todo = [s for s in ("a", "b") if s not in stats]
     if todo:
         default_groups = max(1, -(-sc.defaultParallelism // len(todo)))
@@ -247,7 +295,7 @@ def _plan_chunks(prep: PreparedMerge, sc, specs: dict, own: dict, progress) -> t
                 stats[st.side].append(st)
     for side in ("a", "b"):
         stats[side].sort(key=lambda s: s.chunk)
-    return stats, how
+    return stats, how, by_outer
 
 
 MIN_PARTITION_RECORDS = 1_000_000
@@ -298,7 +346,7 @@ def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bou
     parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
     if bounds == () or (bounds is None and parts == 1):
         return (), {"a": "none", "b": "none"}, (((0, specs["a"].outer),),), (((0, specs["b"].outer),),), None
-    chunk_stats, plan_how = _plan_chunks(prep, sc, specs, own, progress)
+    chunk_stats, plan_how, by_outer = _plan_chunks(prep, sc, specs, own, progress)
     if job.nan_keys == "error":
         for side, path in (("a", job.a), ("b", job.b)):
             bad = [s for s in chunk_stats[side] if s.first_nan_row >= 0]
@@ -310,10 +358,14 @@ def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bou
     eps1 = float(prep.params.eps[0])
     edges = [-np.inf, *bounds, np.inf]
     P = len(bounds) + 1
-    runs_a = tuple(needed_runs(chunk_stats["a"], edges[p], edges[p + 1], False, p == 0, specs["a"].step)
-                   for p in range(P))
-    runs_b = tuple(needed_runs(chunk_stats["b"], edges[p] - eps1, edges[p + 1] + eps1, True, p == 0,
-                               specs["b"].step) for p in range(P))
+
+    def runs(side: str, lo: float, hi: float, closed_hi: bool, with_nan: bool):
+        if side in by_outer:
+            return outer_runs(by_outer[side], lo, hi, closed_hi, with_nan)
+        return needed_runs(chunk_stats[side], lo, hi, closed_hi, with_nan, specs[side].step)
+
+    runs_a = tuple(runs("a", edges[p], edges[p + 1], False, p == 0) for p in range(P))
+    runs_b = tuple(runs("b", edges[p] - eps1, edges[p + 1] + eps1, True, p == 0) for p in range(P))
     order = {side: [(st.count / st.order.size, st.order) for st in chunk_stats[side] if st.order.size]
              for side in ("a", "b")}
     return bounds, plan_how, runs_a, runs_b, order
@@ -345,6 +397,6 @@ def frame_order(scan) -> list[tuple[float, np.ndarray]]:
     return [(scan.count / scan.sample.size, scan.sample)] if scan.sample.size else []
 
 
-__all__ = ["ChunkStats", "scan_chunks", "coord_chunk_stats", "choose_bounds", "needed_runs", "side_spec",
+__all__ = ["ChunkStats", "scan_chunks", "coord_chunk_stats", "choose_bounds", "needed_runs", "outer_runs", "side_spec",
            "default_partitions", "explicit_bounds", "plan_slabs", "plan_frames", "frame_order",
            "MIN_PARTITION_RECORDS"]
