@@ -258,6 +258,9 @@ def _scan_tasks(spec: SideSpec, side: str, groups: int) -> list[tuple[str, int, 
 
 
 def _scan(item, specs):
+    from smerge.spark.session import freeze_worker_heap
+
+    freeze_worker_heap()
     side, first, last = item
     try:
         return scan_chunks(side, specs[side], first, last)

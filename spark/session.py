@@ -103,6 +103,28 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def session_settings(master: str | None, conf: dict[str, str] | None, *, verbose: bool = False) -> dict[str, str]:
+    """The Spark settings of a session smerge starts: its defaults, then ``conf`` (which wins)."""
+    python = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    defaults = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.pyspark.python": python,
+        "spark.executorEnv.PYSPARK_PYTHON": python,
+    }
+    if os.name == "posix":
+        # The JVM talks to its Python workers over a Unix socket instead of TCP on loopback:
+        # measured 50-60 ms of every task's run time over TCP (a small write waiting for the
+        # peer's delayed ACK before the task's input arrives), 3-12 ms over the Unix socket
+        # (docs/spark.md, "Per-task cost"). ``--conf spark.python.unix.domain.socket.enabled=false``
+        # restores TCP.
+        defaults["spark.python.unix.domain.socket.enabled"] = "true"
+    if master is not None and master.startswith("local"):
+        defaults["spark.ui.enabled"] = "false"
+    if not verbose:
+        defaults["spark.log.level"] = "ERROR"
+    return {**defaults, **(conf or {})}
+
+
 def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | None = None, *, verbose: bool = False,
                   app_name: str = "smerge"):
     """A SparkSession for ``master`` (None: the one spark-submit configured) with ``conf``.
@@ -117,23 +139,7 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    defaults = {
-        "spark.ui.showConsoleProgress": "false",
-        "spark.pyspark.python": os.environ["PYSPARK_PYTHON"],
-        "spark.executorEnv.PYSPARK_PYTHON": os.environ["PYSPARK_PYTHON"],
-    }
-    if os.name == "posix":
-        # The JVM talks to its Python workers over a Unix socket instead of TCP on loopback:
-        # measured 50-60 ms of every task's run time over TCP (a small write waiting for the
-        # peer's delayed ACK before the task's input arrives), 3-12 ms over the Unix socket
-        # (docs/spark.md, "Per-task cost"). ``--conf spark.python.unix.domain.socket.enabled=false``
-        # restores TCP.
-        defaults["spark.python.unix.domain.socket.enabled"] = "true"
-    if master is not None and master.startswith("local"):
-        defaults["spark.ui.enabled"] = "false"
-    if not verbose:
-        defaults["spark.log.level"] = "ERROR"
-    for k, v in {**defaults, **(conf or {})}.items():
+    for k, v in session_settings(master, conf, verbose=verbose).items():
         builder = builder.config(k, v)
     remove_stale_logs()
     quiet = contextlib.nullcontext() if verbose else quiet_stderr(spark_log_path())
@@ -191,7 +197,8 @@ def freeze_worker_heap() -> None:
     out of the garbage collector's reach. PySpark's daemon runs a full ``gc.collect()`` in a
     reused worker after every task, before it takes the next one: 44-60 ms each time with
     smerge's imports, paid by the next task's run time; after the freeze, under 1 ms. Called by
-    the warm-up, once per worker."""
+    the warm-up and at the start of the merge and scan tasks: a worker Spark starts after the
+    warm-up (a killed one replaced, a busier session) pays one collection, once."""
     import gc
 
     if gc.get_freeze_count() == 0:
@@ -214,6 +221,5 @@ def split_conf(conf: dict[str, str] | None) -> tuple[dict[str, str], dict[str, s
     return spark_conf, own
 
 
-__all__ = ["start_session", "freeze_worker_heap", "under_spark_submit", "split_conf", "spark_log_path", "discard_log",
-           "remove_stale_logs",
-           "KEEP_FAILED_LOGS", "DEFAULT_MASTER", "SMERGE_CONF_PREFIX"]
+__all__ = ["start_session", "session_settings", "freeze_worker_heap", "under_spark_submit", "split_conf",
+           "spark_log_path", "discard_log", "remove_stale_logs", "KEEP_FAILED_LOGS", "DEFAULT_MASTER", "SMERGE_CONF_PREFIX"]

@@ -260,6 +260,9 @@ def run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | N
     are the partition's records of A and B with a ``_row`` column (``smerge.spark.frames``).
     SmergeErrors are returned (not raised) so that the driver can report them as one line.
     """
+    from smerge.spark.session import freeze_worker_heap
+
+    freeze_worker_heap()  # once per worker: no full collection between its tasks
     try:
         return _run_partition(plan, p, tables)
     except KeyNaNError as e:
