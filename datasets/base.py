@@ -77,6 +77,9 @@ class InputSource:
     # valid_range made missing (netCDF). Filled as batches() is iterated in this process.
     counters: dict = field(default_factory=dict)
     raw_key: RawKey | None = None  # the leading key in its stored form, when the format allows it
+    # (function, args), picklable: ``function(*args)`` is this source again, in another process,
+    # without reading the metadata again (netCDF; each read checks the file did not change)
+    reopen: tuple | None = None
 
     def batches(self, start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
         return self.open_batches(start, stop)

@@ -230,44 +230,14 @@ class NetCDFBackend:
                 fields.append(pa.field(n, typ))
             schema = pa.schema(fields)
             valid_masked = tuple(n for n in chosen if any(a in attrs[n] for a in _VALID_ATTRS))
+            # What the reads rely on, checked at every open of the file for reading (_SlabPlan.check)
+            stored = tuple((n, str(allvars[n].dtype)) for n in (*key_names, *chosen) if n in allvars)
         grid = GridInfo(path=path, dims=tuple(dims), shape=shape, variables=tuple(chosen),
                         coords={d: coords[d] for d in dims if d in coords}, attrs=attrs)
-        outer = shape[0] if shape else 1
-        inner = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-        counters = {"masked": 0}
         plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
-                         time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked)
-
-        def slabs(start: int, stop: int | None, read) -> Iterator:
-            """``read(ds, a, b)`` for the slabs of outer indices ``start:stop``, one open of the file."""
-            stop = outer if stop is None else min(stop, outer)
-            step = max(1, batch_rows // max(inner, 1))
-            with NC_LOCK:
-                ds = _open(path)
-                ds.set_always_mask(True)
-            try:
-                for a in range(start, stop, step):
-                    b = min(a + step, stop)
-                    with NC_LOCK:
-                        got = read(ds, a, b)
-                    yield got
-            finally:
-                with NC_LOCK:
-                    ds.close()
-
-        def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
-            for batch, masked in slabs(start, stop, plan.slab):
-                counters["masked"] += masked
-                counters["read_here"] = True
-                yield batch
-
-        raw_key = None
-        if key_names and key_kind[key_names[0]] == ("full",):
-            raw_key = RawKey(batches=lambda start=0, stop=None: slabs(start, stop, plan.raw_key),
-                             to_arrow=plan.key_arrow)
-        return InputSource(path=path, format=self.name, schema=schema, keys=tuple(key_names),
-                           num_rows=int(np.prod(shape)) if shape else 1, outer_size=outer, inner_size=inner,
-                           open_batches=batches, grid=grid, counters=counters, raw_key=raw_key)
+                         time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked,
+                         dims=tuple(dims), stored=stored)
+        return _source(plan, grid, batch_rows)
 
     @staticmethod
     def _coordinate(v, path: str, k: str, ct: CFTime | None) -> tuple[np.ndarray, pa.DataType]:
@@ -314,6 +284,22 @@ class _SlabPlan:
     chosen: tuple[str, ...]
     schema: pa.Schema
     valid_masked: tuple[str, ...]
+    dims: tuple[str, ...] = ()
+    stored: tuple[tuple[str, str], ...] = ()  # (variable, its netCDF dtype) of the keys and variables read
+
+    def check(self, ds) -> None:
+        """The file opened for reading still has the dimensions and variables this plan was made
+        from (else: it changed since it was opened, or a task reads another copy)."""
+        got = tuple(len(ds.dimensions[d]) if d in ds.dimensions else None for d in self.dims)
+        changed = [f"dimensions {dict(zip(self.dims, self.shape))} are now {dict(zip(self.dims, got))}"] \
+            if got != tuple(self.shape) else []
+        for n, dtype in self.stored:
+            now = str(ds.variables[n].dtype) if n in ds.variables else None
+            if now != dtype:
+                changed.append(f"variable {n!r} was {dtype}, is {now or 'gone'}")
+        if changed:
+            raise InputError(f"{self.path}: the file changed since it was opened ({'; '.join(changed)}); "
+                             "run again on files that do not change during the run")
 
     def slab(self, ds, a: int, b: int) -> tuple[pa.RecordBatch, int]:
         """The batch and the count of values masked by valid_min/valid_max/valid_range."""
@@ -401,6 +387,50 @@ class _SlabPlan:
             us, mask = ct.decode(values, source=self.path, name=k)
             return pa.array(us, mask=mask).cast(f.type)
         return _arrow(values).cast(f.type)
+
+
+def _source(plan: "_SlabPlan", grid: GridInfo, batch_rows: int) -> InputSource:
+    """The input ``plan`` describes (its metadata already read). ``InputSource.reopen`` gives
+    ``reopen`` what it needs to build the same source in another process (a Spark task) without
+    reading the metadata again: each read checks that the file still has the dimensions and
+    variables the plan was made from."""
+    path, shape = plan.path, plan.shape
+    outer = shape[0] if shape else 1
+    inner = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+    counters = {"masked": 0}
+
+    def slabs(start: int, stop: int | None, read) -> Iterator:
+        """``read(ds, a, b)`` for the slabs of outer indices ``start:stop``, one open of the file."""
+        stop = outer if stop is None else min(stop, outer)
+        step = max(1, batch_rows // max(inner, 1))
+        with NC_LOCK:
+            ds = _open(path)
+            ds.set_always_mask(True)
+        try:
+            with NC_LOCK:
+                plan.check(ds)
+            for a in range(start, stop, step):
+                b = min(a + step, stop)
+                with NC_LOCK:
+                    got = read(ds, a, b)
+                yield got
+        finally:
+            with NC_LOCK:
+                ds.close()
+
+    def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
+        for batch, masked in slabs(start, stop, plan.slab):
+            counters["masked"] += masked
+            counters["read_here"] = True
+            yield batch
+
+    raw_key = None
+    if plan.key_names and plan.key_kind[plan.key_names[0]] == ("full",):
+        raw_key = RawKey(batches=lambda start=0, stop=None: slabs(start, stop, plan.raw_key), to_arrow=plan.key_arrow)
+    return InputSource(path=path, format=NetCDFBackend.name, schema=plan.schema, keys=plan.key_names,
+                       num_rows=int(np.prod(shape)) if shape else 1, outer_size=outer, inner_size=inner,
+                       open_batches=batches, grid=grid, counters=counters, raw_key=raw_key,
+                       reopen=(_source, (plan, grid, batch_rows)))
 
 
 def _range_masked(var, a: int, b: int, data) -> int:

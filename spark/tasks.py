@@ -56,6 +56,9 @@ class SideSpec:
     # An archive input's (fraction, seed), pinned on the driver (plan.side_spec; () for other
     # inputs): every task then reads the same sample as --local (smerge.spark.archive).
     sample: tuple = ()
+    # The driver's source again without its metadata read (``InputSource.reopen``; netCDF): a
+    # task's open costs no netCDF open of its own (6-8 ms each, twice per task otherwise).
+    reopen: tuple | None = None
 
     @property
     def open_options(self) -> dict:
@@ -66,6 +69,9 @@ class SideSpec:
     def open(self):
         from smerge.datasets import open_input
 
+        if self.reopen is not None:
+            fn, args = self.reopen
+            return fn(*args)
         src = open_input(self.path, keys=self.keys, variables=self.variables, batch_rows=self.batch_rows,
                          **self.open_options)
         if src.schema != self.schema:
