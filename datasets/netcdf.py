@@ -326,29 +326,11 @@ class _SlabPlan:
                 else:
                     cols.append(pa.array(col).cast(f.type))
                 continue
-            try:
-                col = ds.variables[k][a:b].reshape(n)
-            except (OSError, RuntimeError, IndexError, ValueError) as e:
-                raise _read_error(path, f"variable {k!r}", e) from None
-            ct = self.time_decode.get(k)
-            if ct is not None:
-                us, mask = ct.decode(col, source=path, name=k)
-                if pa.types.is_timestamp(f.type) and ct.calendar == "standard":
-                    early = us < GREGORIAN_SWITCH_US if mask is None else (us < GREGORIAN_SWITCH_US) & ~mask
-                    if early.any():
-                        raise InputError(f"{path}: time variable {k!r} has dates before 1582-10-15 in the standard "
-                                         "calendar while its reference date is after; smerge cannot type it as one "
-                                         "timestamp: set calendar = \"proleptic_gregorian\" if that is meant")
-                cols.append(pa.array(us, mask=mask).cast(f.type))
-            else:
-                cols.append(_arrow(col).cast(f.type))
+            cols.append(self._full_key(k, self._read(ds, k, a, b).reshape(n)))
         masked = 0
         for v, f in zip(self.chosen, list(self.schema)[len(self.key_names):]):
             var = ds.variables[v]
-            try:
-                data = var[a:b]
-            except (OSError, RuntimeError, IndexError, ValueError) as e:
-                raise _read_error(path, f"variable {v!r}", e) from None
+            data = self._read(ds, v, a, b)
             if pa.types.is_string(f.type):
                 data = _strings(data)
             if data.size != n:
@@ -359,16 +341,34 @@ class _SlabPlan:
                         else pa.array(data.reshape(n), type=pa.string()))
         return pa.RecordBatch.from_arrays(cols, schema=self.schema), masked
 
+    def _read(self, ds, name: str, a: int, b: int):
+        """Variable ``name`` at outer indices ``a:b``, as netCDF4 gives it (unpacked, masked)."""
+        try:
+            return ds.variables[name][a:b]
+        except (OSError, RuntimeError, IndexError, ValueError) as e:
+            raise _read_error(self.path, f"variable {name!r}", e) from None
+
+    def _full_key(self, k: str, col) -> pa.Array:
+        """The key column of key variable ``k`` from its values ``col`` (1-D): CF times decoded."""
+        f = self.schema.field(k)
+        ct = self.time_decode.get(k)
+        if ct is None:
+            return _arrow(col).cast(f.type)
+        us, mask = ct.decode(col, source=self.path, name=k)
+        if pa.types.is_timestamp(f.type) and ct.calendar == "standard":
+            early = us < GREGORIAN_SWITCH_US if mask is None else (us < GREGORIAN_SWITCH_US) & ~mask
+            if early.any():
+                raise InputError(f"{self.path}: time variable {k!r} has dates before 1582-10-15 in the standard "
+                                 "calendar while its reference date is after; smerge cannot type it as one "
+                                 "timestamp: set calendar = \"proleptic_gregorian\" if that is meant")
+        return pa.array(us, mask=mask).cast(f.type)
 
     def raw_key(self, ds, a: int, b: int) -> tuple[np.ndarray, np.ndarray | None]:
         """The leading key (a variable on all dimensions) of outer indices ``a:b`` as stored,
         unpacked but not time-decoded, and its missing values: masked, NaN, and for a CF time
         also infinite (as ``slab`` makes them missing keys). ``smerge.datasets.base.RawKey``."""
         k = self.key_names[0]
-        try:
-            col = ds.variables[k][a:b]
-        except (OSError, RuntimeError, IndexError, ValueError) as e:
-            raise _read_error(self.path, f"variable {k!r}", e) from None
+        col = self._read(ds, k, a, b)
         data = np.ma.getdata(col).reshape(-1)
         missing = np.ma.getmaskarray(col).reshape(-1) if np.ma.isMaskedArray(col) else None
         if data.dtype.kind == "f":
@@ -380,13 +380,7 @@ class _SlabPlan:
 
     def key_arrow(self, values: np.ndarray) -> pa.Array:
         """The leading key column of stored values (none missing) as ``slab`` builds it."""
-        k = self.key_names[0]
-        f = self.schema.field(k)
-        ct = self.time_decode.get(k)
-        if ct is not None:
-            us, mask = ct.decode(values, source=self.path, name=k)
-            return pa.array(us, mask=mask).cast(f.type)
-        return _arrow(values).cast(f.type)
+        return self._full_key(self.key_names[0], values)
 
 
 def _source(plan: "_SlabPlan", grid: GridInfo, batch_rows: int) -> InputSource:
