@@ -12,10 +12,14 @@ comparable as plain numbers, whatever their units, reference dates or UTC offset
   with ``units`` and ``calendar`` in the field metadata. Two inputs in different calendars
   cannot be compared (``check_calendars``).
 
-The units are parsed here, not by cftime: cftime silently ignores an offset it cannot parse
-(``-3:30``), and a silently wrong offset pairs different instants. cftime does the calendar
-arithmetic (the reference date's distance from 1970-01-01 in its calendar). Values are
-``offset + round(value * unit)`` in integer microseconds, as ``cftime.num2date`` computes them.
+Which units are accepted is cftime's decision: ``parse_cf_time`` asks ``cftime.num2date`` and refuses
+what it refuses, with its reason (``common_years`` only in ``noleap``/``365_day``, ``months`` only in
+``360_day``, no ``years`` at all). The reference date is then read here too, because cftime silently
+drops what it cannot parse: an offset such as ``-3:30`` or ``+5``, a lone hour (``2000-01-01 06``),
+a time after two spaces, a decimal comma, trailing words. smerge applies those offsets and times,
+and refuses a reference with text it cannot read rather than drop it: a silently wrong reference
+pairs different instants. cftime does the calendar arithmetic (the reference date's distance from
+1970-01-01 in its calendar). Values are ``offset + round(value * unit)`` in integer microseconds.
 """
 
 from __future__ import annotations
@@ -32,17 +36,20 @@ BASE_UNITS = "microseconds since 1970-01-01 00:00:00"
 META_UNITS, META_CALENDAR, META_SOURCE_UNITS = b"units", b"calendar", b"smerge.cf_units"
 META_UNIT_US = b"smerge.cf_unit_us"
 
-_US = {
-    "microseconds": 1, "microsecond": 1, "usec": 1, "usecs": 1, "us": 1,
-    "milliseconds": 10**3, "millisecond": 10**3, "msec": 10**3, "msecs": 10**3, "ms": 10**3,
-    "seconds": 10**6, "second": 10**6, "secs": 10**6, "sec": 10**6, "s": 10**6,
-    "minutes": 60 * 10**6, "minute": 60 * 10**6, "mins": 60 * 10**6, "min": 60 * 10**6,
-    "hours": 3600 * 10**6, "hour": 3600 * 10**6, "hrs": 3600 * 10**6, "hr": 3600 * 10**6, "h": 3600 * 10**6,
-    "days": 86400 * 10**6, "day": 86400 * 10**6, "d": 86400 * 10**6,
+# cftime's unit words (cftime._cftime's unit lists and UNIT_CONVERSION_FACTORS), in microseconds.
+# Which calendar may use which word is cftime's to say (parse_cf_time asks it); tests hold this
+# table to the installed cftime.
+_DAY_US = 86400 * 10**6
+_UNIT_US = {
+    **dict.fromkeys(("microseconds", "microsecond", "microsec", "microsecs"), 1),
+    **dict.fromkeys(("milliseconds", "millisecond", "millisec", "millisecs", "msec", "msecs", "ms"), 10**3),
+    **dict.fromkeys(("seconds", "second", "secs", "sec", "s"), 10**6),
+    **dict.fromkeys(("minutes", "minute", "mins", "min"), 60 * 10**6),
+    **dict.fromkeys(("hours", "hour", "hrs", "hr", "h"), 3600 * 10**6),
+    **dict.fromkeys(("days", "day", "d"), _DAY_US),
+    **dict.fromkeys(("months", "month"), 30 * _DAY_US),  # cftime: 360_day only
+    **dict.fromkeys(("common_years", "common_year"), 365 * _DAY_US),  # cftime: noleap/365_day only
 }
-# Months and years are fixed lengths only in the 360-day calendar (as cftime decides).
-_US_360 = {"months": 30 * 86400 * 10**6, "month": 30 * 86400 * 10**6,
-           "years": 360 * 86400 * 10**6, "year": 360 * 86400 * 10**6}
 CALENDARS = {
     "standard": "standard", "gregorian": "standard", "proleptic_gregorian": "proleptic_gregorian",
     "noleap": "noleap", "365_day": "noleap", "all_leap": "all_leap", "366_day": "all_leap",
@@ -53,12 +60,16 @@ TIMESTAMP_CALENDARS = ("standard", "proleptic_gregorian")
 GREGORIAN_SWITCH_US = -12219292800 * 10**6
 
 _SINCE = re.compile(r"^\s*([A-Za-z_]+)\s+since\s+(.+?)\s*$", re.IGNORECASE)
+# The reference: what cftime reads, and what it silently drops (a lone hour, a time after several
+# spaces, a one-digit or space-separated offset, a decimal comma). The date-time separator is T,
+# spaces, or one other character that is not a digit or a sign, as cftime allows.
 _REF = re.compile(
-    r"^(?P<y>[+-]?\d{1,})-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
-    r"(?:(?:[T\s]+)(?P<h>\d{1,2})(?::(?P<mi>\d{1,2})(?::(?P<s>\d{1,2}(?:\.\d*)?))?)?)?"
+    r"^(?P<y>[+-]?\d+)-(?P<mo>\d{1,2})-(?P<d>\d{1,2})"
+    r"(?:(?:[T\s]+|[^\d\s+-])(?P<h>\d{1,2})(?::(?P<mi>\d{1,2})(?::(?P<s>\d{1,2})(?:[.,](?P<f>\d*))?)?)?)?"
     r"(?:\s*(?P<tz>Z|UTC|GMT|[+-]\d{1,2}(?::?\d{2})?))?$",
     re.IGNORECASE,
 )
+_REF_FORM = "YYYY-MM-DD[ hh[:mm[:ss[.ffffff]]]][ +hh:mm]"
 
 
 def is_cf_time_units(units: object) -> bool:
@@ -121,7 +132,8 @@ def _overflow(source: str, name: str, units: str) -> InputError:
 
 def parse_cf_time(units: object, calendar: object = None, *, source: str = "", name: str = "") -> CFTime | None:
     """The decoding of ``units`` in ``calendar`` (default ``standard``), or None when ``units``
-    is not a CF time (no ``since``). Malformed units or unknown calendars are an ``InputError``."""
+    is not a CF time (no ``since``). Units cftime refuses, references smerge cannot read whole,
+    and unknown calendars are an ``InputError``."""
     if not is_cf_time_units(units):
         return None
     where = f"{source}: time variable {name!r}"
@@ -130,50 +142,58 @@ def parse_cf_time(units: object, calendar: object = None, *, source: str = "", n
         raise InputError(f"{where} has calendar {calendar!r}; smerge decodes the CF calendars "
                          f"{', '.join(sorted(CALENDARS))}")
     cal = CALENDARS[cal_raw]
+    cf_ref = _cftime_reference(str(units), cal_raw, where)
     m = _SINCE.match(units)
     unit = m.group(1).lower()
-    if unit in _US:
-        unit_us = _US[unit]
-    elif unit in _US_360 and cal == "360_day":
-        unit_us = _US_360[unit]
-    elif unit in _US_360:
-        raise InputError(f"{where} counts {unit} in the {cal} calendar, where they have no fixed length; "
-                         "only the 360_day calendar has fixed months and years (CF)")
-    else:
-        raise InputError(f"{where} has units {units!r}; the unit must be one of days, hours, minutes, seconds, "
-                         "milliseconds, microseconds")
+    unit_us = _UNIT_US.get(unit)
+    if unit_us is None:  # a word a newer cftime accepts and this table does not know yet
+        raise InputError(f"{where} has units {units!r}: cftime accepts the unit {unit!r} but smerge does not know "
+                         "its length; write the values in days, hours, minutes, seconds, milliseconds or microseconds")
     ref = _REF.match(m.group(2).strip())
     if not ref:
-        raise InputError(f"{where} has units {units!r} whose reference date is not "
-                         "YYYY-MM-DD[ hh:mm[:ss]][ +hh:mm]; fix the units attribute")
+        raise InputError(f"{where} has units {units!r}: smerge cannot read all of its reference date (cftime "
+                         f"reads it as {cf_ref} and drops what it cannot parse); write it as {_REF_FORM}")
     offset = _ref_offset_us(ref, cal, where, units)
     return CFTime(units=str(units), calendar=cal, unit_us=unit_us, offset_us=offset)
+
+
+def _cftime_reference(units: str, calendar: str, where: str) -> str:
+    """cftime's reading of ``units``' reference date in ``calendar``, or its refusal as an ``InputError``."""
+    import warnings
+
+    import cftime
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # cftime's CFWarning on year 0; its refusal says what matters
+            return str(cftime.num2date(0, units, calendar))
+    except Exception as e:  # noqa: BLE001 - ValueError, TypeError, OverflowError: cftime's reason, passed on
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise InputError(f"{where} has units {units!r} in the {calendar} calendar, which cftime refuses: {reason}; "
+                         f"fix the units attribute (<unit> since {_REF_FORM})") from None
 
 
 def _ref_offset_us(ref: re.Match, cal: str, where: str, units: str) -> int:
     import cftime
 
     y, mo, d = int(ref.group("y")), int(ref.group("mo")), int(ref.group("d"))
-    h = int(ref.group("h") or 0)
-    mi = int(ref.group("mi") or 0)
-    sec = float(ref.group("s") or 0.0)
-    if not (1 <= mo <= 12 and 1 <= d <= 31 and h <= 24 and mi < 60 and sec < 61):
-        raise InputError(f"{where} has units {units!r} with an impossible reference date; fix the units attribute")
-    whole = int(sec)
-    micro = int(round((sec - whole) * 1e6))
+    h, mi, sec = (int(ref.group(k) or 0) for k in ("h", "mi", "s"))
+    micro = int((ref.group("f") or "")[:6].ljust(6, "0"))  # exact decimal, cut at microseconds as cftime does
     try:
+        cftime.datetime(y, mo, d, h, mi, sec, micro, calendar=cal)  # cftime's checks of every field
         # Whole days (small, exact in any float) from 1970-01-01 in this calendar.
         days = cftime.date2num(cftime.datetime(y, mo, d, calendar=cal), "days since 1970-01-01", calendar=cal)
     except (ValueError, TypeError) as e:
         raise InputError(f"{where} has units {units!r}: {e}; fix the units attribute") from None
-    offset = int(round(float(days))) * 86400 * 10**6 + ((h * 60 + mi) * 60 + whole) * 10**6 + micro
+    offset = int(round(float(days))) * _DAY_US + ((h * 60 + mi) * 60 + sec) * 10**6 + micro
     tz = (ref.group("tz") or "").upper()
     if tz and tz not in ("Z", "UTC", "GMT"):
         sign = -1 if tz[0] == "-" else 1
         body = tz[1:].replace(":", "")
         hh, mm = (int(body[:-2] or 0), int(body[-2:])) if len(body) > 2 else (int(body), 0)
-        if hh > 14 or mm >= 60:
-            raise InputError(f"{where} has units {units!r} with a UTC offset out of range; fix the units attribute")
+        if hh > 23 or mm >= 60:
+            raise InputError(f"{where} has units {units!r} with a UTC offset out of range (hours 0-23, minutes "
+                             "0-59); fix the units attribute")
         offset -= sign * (hh * 60 + mm) * 60 * 10**6  # local time at UTC+hh:mm is hh:mm later than UTC
     return offset
 
