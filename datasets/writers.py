@@ -169,13 +169,49 @@ class _ParquetWriter:
         self._w.close()
 
 
+def csv_calendar(field: pa.Field) -> str | None:
+    """The calendar a CSV column of ``field`` is written in as dates (see ``_CSVWriter``), or None."""
+    from smerge.datasets.cf_time import field_calendar
+
+    return None if pa.types.is_timestamp(field.type) else field_calendar(field)
+
+
+def calendar_dates(values: pa.Array | pa.ChunkedArray, calendar: str) -> pa.Array:
+    """Decoded CF times (int64 microseconds since 1970-01-01 in ``calendar``) as the dates
+    cftime writes in that calendar: ``YYYY-MM-DD HH:MM:SS[.ffffff]`` (missing values stay null)."""
+    import cftime
+    import numpy as np
+
+    from smerge.datasets.cf_time import BASE_UNITS
+
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    us = values.cast(pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    text = [str(d) for d in np.atleast_1d(cftime.num2date(us, BASE_UNITS, calendar=calendar))] if len(us) else []
+    return pa.array(text, pa.string(), mask=values.is_null().to_numpy(zero_copy_only=False))
+
+
 class _CSVWriter:
+    """CSV has no field metadata, so a decoded CF time that is not a timestamp (a calendar other
+    than standard/proleptic_gregorian, or standard dates before 1582-10-15) would be a bare count
+    of microseconds read in the wrong calendar. Such a column is written as its dates in its own
+    calendar (``calendar_dates``: ``2001-02-30 00:00:00`` in 360_day), under the header
+    ``<name> [<calendar>]``: text that no reader takes for a Gregorian date. Every other column,
+    timestamps included, is written as pyarrow writes it."""
+
     def __init__(self, path: str, schema: pa.Schema):
         import pyarrow.csv as pcsv
 
-        self._w = pcsv.CSVWriter(path, schema)
+        self._dates = {i: cal for i, f in enumerate(schema) if (cal := csv_calendar(f))}
+        self._schema = pa.schema([pa.field(f"{f.name} [{self._dates[i]}]", pa.string()) if i in self._dates else f
+                                  for i, f in enumerate(schema)])
+        self._w = pcsv.CSVWriter(path, self._schema)
 
     def write(self, batch: pa.RecordBatch) -> None:
+        if self._dates:
+            batch = pa.RecordBatch.from_arrays(
+                [calendar_dates(c, self._dates[i]) if i in self._dates else c for i, c in enumerate(batch.columns)],
+                schema=self._schema)
         self._w.write_batch(batch)
 
     def close(self) -> None:

@@ -251,9 +251,10 @@ def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Seque
     kinds: dict[str, list[str]] = {}
     cf = False
     names = [f"{a} ({src})" if src else a for a, src in zip(aliases, sources or [None] * len(aliases))]
-    for s, c, a, name in zip(schemas, cols, aliases, names):
+    for k, (s, c, a, name) in enumerate(zip(schemas, cols, aliases, names)):
         if c not in s.names:
-            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time)")
+            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time, or choose "
+                             f"variables on a time dimension with --vars {k + 1}=V1,V2)")
         f = s.field(c)
         t, md = f.type, f.metadata or {}
         cf = cf or b"smerge.cf_units" in md
@@ -376,7 +377,7 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
         for f in schemas[s]:
             nm = f"{a}_{f.name}"
             names.append((f.name, nm))
-            out_fields.append(pa.field(nm, f.type))
+            out_fields.append(f.with_name(nm))  # keeps the field metadata (a CF time's units, calendar)
             used.add(nm)
         out_names.append(names)
     if params.with_ids:
