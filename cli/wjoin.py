@@ -61,6 +61,7 @@ def wjoin(
     time: Annotated[str, typer.Option("--time", help="Time column: one name for all streams, or one per stream (t1,t2,..).")],
     window: Annotated[Optional[str], typer.Option("--window", help="Bound for every pair: 90s, 6h, 2d, or a plain number in the time column's unit.")] = None,
     pair_window: Annotated[Optional[list[str]], typer.Option("--pair-window", help="Bound for one pair, I,J=DUR (1-based; DUR 'none' removes it). Repeatable; overrides --window.")] = None,
+    vars_: Annotated[Optional[list[str]], typer.Option("--vars", help="Variables/columns of one stream, I=V1,V2 (1-based), or of every stream, V1,V2 (default: all variables on the key dimensions / all columns). Repeatable. A table keeps its time and --on columns.")] = None,
     on: Annotated[Optional[str], typer.Option("--on", help="Columns equal across all streams (HW-join hash buckets), e.g. lat,lon.")] = None,
     where: Annotated[Optional[str], typer.Option("--where", help="Predicate over S1.col, S2.col, ...: comparisons, + - * /, and/or/not, abs().")] = None,
     aliases: Annotated[Optional[str], typer.Option("--aliases", help="Stream names for --where and output prefixes (default S1,S2,..).")] = None,
@@ -100,6 +101,7 @@ def wjoin(
 
         job = WJoinJob(
             inputs=tuple(inputs), time=split_list(time) or (), window=window, pair_windows=tuple(pair_window or ()),
+            vars=tuple(vars_ or ()),
             on=split_list(on) or (), where=where, aliases=split_list(aliases) or (), with_ids=with_ids,
             method=method, output=output, format=format, overwrite=overwrite, stats=stats, batch_rows=batch_rows,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),

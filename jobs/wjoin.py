@@ -32,6 +32,7 @@ class WJoinJob:
     time: tuple[str, ...]
     window: str | None = None
     pair_windows: tuple[str, ...] = ()  # "I,J=DUR" (1-based), DUR may be "none"
+    vars: tuple[str, ...] = ()  # "I=V1,V2" (1-based) or "V1,V2" (every stream)
     on: tuple[str, ...] = ()
     where: str | None = None
     aliases: tuple[str, ...] = ()
@@ -54,6 +55,8 @@ class PreparedWJoin:
     output_format: str
     out_schema: pa.Schema
     extra: dict = field(default_factory=dict)
+    # Per stream: the (keys, variables) it was opened with (None, None: the defaults), for reopening.
+    opened: tuple[tuple[tuple[str, ...] | None, tuple[str, ...] | None], ...] = ()
 
 
 def parse_pair_window(spec: str, n: int) -> tuple[int, int, Duration | None]:
@@ -70,6 +73,54 @@ def parse_pair_window(spec: str, n: int) -> tuple[int, int, Duration | None]:
     return i, j, parse_duration(dur.strip(), "--pair-window")
 
 
+def parse_vars(specs: Sequence[str], n: int) -> tuple[tuple[str, ...] | None, ...]:
+    """``("1=T,q", "x")`` -> the variables of each of the ``n`` streams (None: the default). A
+    spec ``I=V1,V2`` names stream I's (1-based), a bare ``V1,V2`` every stream not named."""
+    every: tuple[str, ...] | None = None
+    per: dict[int, tuple[str, ...]] = {}
+    for spec in specs:
+        head, sep, rest = spec.partition("=")
+        if sep and not head.strip().isdigit():
+            raise UsageError(f"--vars {spec!r} is not I=V1,V2 or V1,V2; write e.g. --vars 1=T,q (streams 1..{n})")
+        names = tuple(x.strip() for x in (rest if sep else spec).split(","))
+        if not all(names):
+            raise UsageError(f"--vars {spec!r} has an empty name; give names separated by commas")
+        dup = sorted({x for x in names if names.count(x) > 1})
+        if dup:
+            raise UsageError(f"--vars {spec!r}: {', '.join(map(repr, dup))} named twice; name each once")
+        if sep:
+            i = int(head) - 1
+            if not 0 <= i < n:
+                raise UsageError(f"--vars {spec!r}: stream number {int(head)} is not in 1..{n}")
+            if i in per:
+                raise UsageError(f"--vars names stream {i + 1}'s variables twice; give one --vars {i + 1}=V1,V2")
+            per[i] = names
+        else:
+            if every is not None:
+                raise UsageError("--vars V1,V2 (every stream) is given twice; give it once, and I=V1,V2 for one "
+                                 "stream")
+            every = names
+    return tuple(per.get(i, every) for i in range(n))
+
+
+def _open_stream(path: str, variables: tuple[str, ...] | None, keep: tuple[str, ...], batch_rows: int):
+    """``path`` opened with ``variables`` (the default choice when None); returns (source, keys,
+    variables) as opened. netCDF picks its keys itself (the coordinates of the variables'
+    dimensions, as for cgm); a table keeps ``keep`` (its time and --on columns) before them."""
+    from smerge.datasets.base import guess_backend
+    from smerge.errors import MissingKeyError
+
+    if variables is None or guess_backend(path).name == "netcdf":
+        return open_input(path, variables=variables, batch_rows=batch_rows, decode_times=True), None, variables
+    keys = tuple(dict.fromkeys(keep))
+    try:
+        return open_input(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=True), keys, \
+            variables
+    except MissingKeyError as e:
+        raise UsageError(f"{path}: no column {', '.join(map(repr, e.missing))} (--vars keeps the time column and the "
+                         f"--on columns); {str(e).partition('; ')[2]} (use --time)") from None
+
+
 def default_output(inputs: Sequence[str]) -> str:
     stem = lambda p: os.path.splitext(os.path.basename(p.rstrip("/")))[0]  # noqa: E731
     return "+".join(stem(p) for p in inputs) + ".parquet"
@@ -83,7 +134,9 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     pairs = tuple(parse_pair_window(s, n) for s in job.pair_windows)
     params = WJoinParams(n_streams=n, time=tuple(job.time), window=job.window, pair_windows=pairs, on=tuple(job.on),
                          where=job.where, aliases=tuple(job.aliases), with_ids=job.with_ids, method=job.method)
-    sources = [open_input(p, batch_rows=job.batch_rows, decode_times=True) for p in job.inputs]
+    opened = [_open_stream(p, v, (params.time[i], *params.on), job.batch_rows)
+              for i, (p, v) in enumerate(zip(job.inputs, parse_vars(job.vars, n)))]
+    sources = [o[0] for o in opened]
     plan = make_plan([s.schema for s in sources], params, sources=job.inputs)  # columns, time kinds, predicate
     output = job.output or default_output(job.inputs)
     fmt = format_for(output, job.format)
@@ -92,7 +145,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
                       + ([("--stats", job.stats, False)] if job.stats else []), overwrite=job.overwrite)
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
-                         out_schema=plan.out_schema)
+                         out_schema=plan.out_schema, opened=tuple(o[1:] for o in opened))
 
 
 def run_local(prep: PreparedWJoin, *, progress: Callable | None = None, prefetch_depth: int = 2) -> dict:
@@ -134,7 +187,8 @@ def run_local(prep: PreparedWJoin, *, progress: Callable | None = None, prefetch
         "params": {
             "time": list(p.time), "window": None if p.window is None else str(p.window),
             "pair_windows": [[i + 1, j + 1, None if d is None else str(d)] for i, j, d in p.pair_windows],
-            "on": list(p.on), "where": p.where, "aliases": list(p.aliases), "with_ids": p.with_ids,
+            "on": list(p.on), "vars": list(prep.job.vars), "where": p.where, "aliases": list(p.aliases),
+            "with_ids": p.with_ids,
             "method": stats.method, "output_format": prep.output_format, "batch_rows": prep.job.batch_rows,
         },
     })
@@ -143,4 +197,4 @@ def run_local(prep: PreparedWJoin, *, progress: Callable | None = None, prefetch
     return result
 
 
-__all__ = ["WJoinJob", "PreparedWJoin", "prepare", "run_local", "parse_pair_window", "default_output"]
+__all__ = ["WJoinJob", "PreparedWJoin", "prepare", "run_local", "parse_pair_window", "parse_vars", "default_output"]

@@ -147,8 +147,8 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     n = params.n_streams
     specs = tuple(StreamSpec(path=os.path.abspath(s.path), source=job.inputs[i], batch_rows=job.batch_rows,
                              schema=s.schema, outer=s.outer_size, inner=max(int(s.inner_size or 1), 1),
-                             sample=pinned_sample(s.path))
-                  for i, s in enumerate(prep.sources))
+                             sample=pinned_sample(s.path), keys=keys, variables=variables)
+                  for i, (s, (keys, variables)) in enumerate(zip(prep.sources, prep.opened or [(None, None)] * n)))
     eplan = make_plan([s.schema for s in specs], params)
     hashed = eplan.hash_terms is not None
     P = partitions or max(1, sc.defaultParallelism)
@@ -206,7 +206,8 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
         "params": {
             "time": list(p.time), "window": None if p.window is None else str(p.window),
             "pair_windows": [[i + 1, j + 1, None if d is None else str(d)] for i, j, d in p.pair_windows],
-            "on": list(p.on), "where": p.where, "aliases": list(p.aliases), "with_ids": p.with_ids,
+            "on": list(p.on), "vars": list(job.vars), "where": p.where, "aliases": list(p.aliases),
+            "with_ids": p.with_ids,
             "method": st.method, "output_format": prep.output_format, "batch_rows": job.batch_rows,
         },
     })

@@ -33,12 +33,15 @@ class StreamSpec:
     outer: int | None
     inner: int
     sample: tuple = ()  # an archive input's (fraction, seed), pinned on the driver (smerge.spark.archive)
+    keys: tuple[str, ...] | None = None  # as the driver opened the input (smerge.jobs.wjoin.prepare)
+    variables: tuple[str, ...] | None = None
 
     def open(self):
         from smerge.datasets import open_input
         from smerge.spark.archive import open_options
 
-        src = open_input(self.path, batch_rows=self.batch_rows, decode_times=True, **open_options(self.sample))
+        src = open_input(self.path, keys=self.keys, variables=self.variables, batch_rows=self.batch_rows,
+                         decode_times=True, **open_options(self.sample))
         if src.schema != self.schema:
             raise SmergeError(f"{self.source}: the executor sees schema {src.schema} but the driver saw "
                               f"{self.schema}; the file changed during the run, or executors read another copy")

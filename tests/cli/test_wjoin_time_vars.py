@@ -39,8 +39,8 @@ CASES = {
     "all_leap": ("all_leap", "days since 2001-02-27 12:00", [0, 1, 1.5, 2.5], [0.25, 2, 3]),
     "366_day": ("366_day", "days since 2001-02-27", [0, 1, 2, 2.5], [0.5, 2, 3]),
     "360_day": ("360_day", "days since 2001-02-28", [0, 1, 2.5, 3], [0.5, 2, 33]),
-    "julian": ("julian", "microseconds since 1900-02-28 00:00:00", [0, 86_400_000_001, 86_400_500_000, 3 * DAY_US],
-               [100_000_001, 2 * DAY_US, 4 * DAY_US]),
+    "julian": ("julian", "microseconds since 1900-02-28 00:00:00",
+               [0, 86_400_000_001, 86_400_500_000, 3 * DAY_US], [100_000_001, 2 * DAY_US, 4 * DAY_US]),
     "standard_pre_gregorian": ("standard", "days since 1582-10-01", [0, 3.5, 4, 4.5], [1, 4.25, 20]),
     "standard_1500": ("standard", "days since 1500-02-27", [0, 1, 2, 2.5], [0.5, 2, 3]),
     "standard_2300": ("standard", "days since 2300-02-27", [0, 1, 2, 2.5], [0.5, 2, 3]),
@@ -195,3 +195,122 @@ def test_csv_dates_are_what_pandas_users_see(tmp_path, capsys):
     assert df.values.tolist() == [["2001-02-28 00:00:00", 1.0, "2001-02-28 12:00:00", 5.0],
                                   ["2001-02-29 00:00:00", 2.0, "2001-02-28 12:00:00", 5.0],
                                   ["2001-02-30 12:00:00", 3.0, "2001-02-30 00:00:00", 6.0]]
+
+
+@pytest.mark.parametrize("command", ["cgm", "rtm"])
+def test_cgm_rtm_parquet_arrow_keep_calendar(tmp_path, capsys, command):
+    cal, units, va, _ = CASES["all_leap"]
+    a = point_list(tmp_path / "a.nc", units, cal, va, np.arange(len(va), dtype=float))
+    b = point_list(tmp_path / "b.nc", units, cal, va, 10.0 + np.arange(len(va)))
+    want = oracle(va, units, cal)
+    for ext in ("parquet", "arrow"):
+        out = tmp_path / f"m.{ext}"
+        run(capsys, command, a, b, "--with-ids", "-o", out)
+        t = pq.read_table(out) if ext == "parquet" else feather.read_table(out)
+        assert stored_times(t, "time", "all_leap") == [want[r] for r in t["a_row"].to_numpy()]
+        assert stored_times(t, "time_b", "all_leap") == [want[r] for r in t["b_row"].to_numpy()]
+
+
+# ---- --vars ----------------------------------------------------------------------------------
+
+def families(path, first="lat_bnds"):
+    """Two families of equal rank: grid-cell bounds lat_bnds(lat, nv) (no variable names them as
+    its bounds) and the data T(time, lat). The default choice takes the first created."""
+    with netCDF4.Dataset(path, "w") as ds:
+        for d, n in (("time", 3), ("lat", 2), ("nv", 2)):
+            ds.createDimension(d, n)
+        t = ds.createVariable("time", "f8", ("time",))
+        t.units, t.calendar = "days since 2001-02-28", "360_day"
+        t[:] = [0, 1, 2]
+        ds.createVariable("lat", "f4", ("lat",))[:] = [10, 20]
+        order = ["lat_bnds", "T"] if first == "lat_bnds" else ["T", "lat_bnds"]
+        for name in order:
+            if name == "lat_bnds":
+                ds.createVariable("lat_bnds", "f4", ("lat", "nv"))[:] = [[5, 15], [15, 25]]
+            else:
+                ds.createVariable("T", "f4", ("time", "lat"))[:] = np.arange(6, dtype=np.float32).reshape(3, 2)
+                ds.createVariable("q", "f4", ("time", "lat"))[:] = -np.arange(6, dtype=np.float32).reshape(3, 2)
+    return str(path)
+
+
+def run_rc(capsys, *args):
+    rc = main([str(a) for a in args] + ["--local"])
+    cap = capsys.readouterr()
+    return rc, cap.err
+
+
+def test_vars_choose_the_family_with_time(tmp_path, capsys):
+    a, b = families(tmp_path / "a.nc"), families(tmp_path / "b.nc", first="T")
+    out = tmp_path / "j.parquet"
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "time", "--window", "0d", "-o", out)
+    assert rc == 2 and "S1: no time column 'time'" in err and "--vars 1=" in err, err
+    assert len(err.strip().splitlines()) == 1 and not out.exists()
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "time", "--window", "0d", "--vars", "1=T", "-o", out)
+    assert rc == 0, err
+    t = pq.read_table(out)
+    assert t.column_names == ["S1_time", "S1_lat", "S1_T", "S2_time", "S2_lat", "S2_T", "S2_q"]
+    assert t.schema.field("S1_time").metadata[b"calendar"] == b"360_day"
+    # equal times: 2 x 2 grid cells per time step
+    assert t.num_rows == 12 and t["S1_time"].to_pylist() == t["S2_time"].to_pylist()
+    assert sorted(zip(t["S1_T"].to_pylist(), t["S2_T"].to_pylist()))[:4] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    # one list for every stream; a stream's own list overrides it
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "time", "--window", "0d", "--vars", "T,q", "--vars", "2=q",
+                     "-o", out, "--overwrite")
+    assert rc == 0, err
+    assert pq.read_table(out).column_names == ["S1_time", "S1_lat", "S1_T", "S1_q", "S2_time", "S2_lat", "S2_q"]
+
+
+@pytest.mark.parametrize("vars_,msg", [
+    (["1=lat_bnds"], "S1: no time column 'time'; it has lat, nv, lat_bnds"),
+    (["1=nope"], "a.nc: no variable 'nope'; it has time, lat, lat_bnds, T, q"),
+    (["2=T,T"], "'T' named twice"),
+    (["1=T", "1=q"], "stream 1's variables twice"),
+    (["T", "q"], "given twice"),
+    (["3=T"], "stream number 3 is not in 1..2"),
+    (["x=T"], "is not I=V1,V2 or V1,V2"),
+    (["1=T,,q"], "empty name"),
+    (["1=T,lat_bnds"], "choose variables on the same dimensions"),
+])
+def test_vars_errors_are_exit_2(tmp_path, capsys, vars_, msg):
+    a, b = families(tmp_path / "a.nc"), families(tmp_path / "b.nc", first="T")
+    out = tmp_path / "j.parquet"
+    args = [x for v in vars_ for x in ("--vars", v)]
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "time", "--window", "1d", *args, "-o", out)
+    assert rc == 2 and msg in err and len(err.strip().splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_vars_on_tables_keep_time_and_on_columns(tmp_path, capsys):
+    a, b = tmp_path / "a.parquet", tmp_path / "b.csv"
+    pq.write_table(pa.table({"k": [1, 2, 1], "t": [0, 1, 2], "v": [1.0, 2, 3], "w": [4, 5, 6]}), a)
+    b.write_text("t,k,v,w\n0,1,10,40\n2,1,30,60\n")
+    out = tmp_path / "j.parquet"
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "t", "--window", "1", "--on", "k", "--vars", "1=w",
+                     "--vars", "2=t,v", "-o", out)
+    assert rc == 0, err
+    t = pq.read_table(out)
+    assert t.column_names == ["S1_t", "S1_k", "S1_w", "S2_t", "S2_k", "S2_v"]
+    assert t.to_pylist() == [{"S1_t": 0, "S1_k": 1, "S1_w": 4, "S2_t": 0, "S2_k": 1, "S2_v": 10.0},
+                             {"S1_t": 2, "S1_k": 1, "S1_w": 6, "S2_t": 2, "S2_k": 1, "S2_v": 30.0}]
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "t", "--window", "1", "--vars", "2=nope", "-o", out,
+                     "--overwrite")
+    assert rc == 2 and "b.csv: no column 'nope'; its columns are t, k, v, w" in err, err
+    rc, err = run_rc(capsys, "wjoin", a, b, "--time", "s", "--window", "1", "--vars", "v", "-o", out,
+                     "--overwrite")
+    assert rc == 2 and "a.parquet: no column 's'" in err and "it has k, t, v, w" in err, err
+
+
+@pytest.mark.parametrize("make", ["families_T_first", "grid", "points"])
+def test_default_variables_are_cgms(tmp_path, make):
+    """wjoin and cgm open a netCDF input through the same reader: the same default variables and keys."""
+    p = tmp_path / "a.nc"
+    if make == "families_T_first":
+        path = families(p, first="T")
+    elif make == "grid":
+        path = gridded(p, "days since 2001-01-01", "noleap", [0, 1, 2])
+    else:
+        path = point_list(p, "days since 2001-01-01", "julian", [0, 1, 2], [1.0, 2, 3])
+    w = prepare_wjoin(WJoinJob(inputs=(path, path), time=("time",), window="1d", output=str(tmp_path / "o.parquet")))
+    c = prepare_cgm(CGMJob(a=path, b=path, output=str(tmp_path / "o.parquet")))
+    assert w.sources[0].schema.equals(c.src_a.schema, check_metadata=True)
+    assert w.sources[0].schema.equals(open_input(path).schema, check_metadata=True)
