@@ -31,6 +31,7 @@ import pyarrow as pa
 from smerge.datasets.base import InputSource
 from smerge.datasets.cf_refs import REFERENCE_ATTRS, references, rename_references
 from smerge.errors import UsageError
+from smerge.merge.keys import column_f64
 
 # B attributes that describe B's stored values, not the decoded values written here.
 _PACKING_ATTRS = ("_FillValue", "scale_factor", "add_offset", "missing_value", "_Unsigned",
@@ -68,7 +69,7 @@ class GridWriter:
                 self._kind[c] = object
                 continue
             md = f.metadata or {}
-            if pa.types.is_timestamp(t) or _META_SOURCE_UNITS in md:
+            if pa.types.is_timestamp(t) or pa.types.is_date(t) or _META_SOURCE_UNITS in md:
                 self._b_time[c] = (md.get(_META_CALENDAR) or b"standard").decode()
             small = t in (pa.float32(), pa.float16(), pa.int8(), pa.int16(), pa.uint8(), pa.uint16())
             self._kind[c] = np.float32 if small else np.float64
@@ -105,7 +106,11 @@ class GridWriter:
             if k is object:
                 cols.append(col.cast(pa.string()))
                 continue
-            if pa.types.is_timestamp(col.type) or pa.types.is_duration(col.type):
+            if pa.types.is_timestamp(col.type) or pa.types.is_date(col.type):
+                # any unit or zone -> microseconds since 1970 UTC (the variable's units)
+                cols.append(pa.array(column_f64(col)).cast(pa.from_numpy_dtype(k), safe=False))
+                continue
+            if pa.types.is_duration(col.type):
                 col = col.cast(pa.int64())
             cols.append(col.cast(pa.float64()).fill_null(np.nan).cast(pa.from_numpy_dtype(k), safe=False))
         spill = pa.RecordBatch.from_arrays(cols, schema=self._spill_schema)

@@ -43,7 +43,8 @@ import pyarrow as pa
 from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError
 
 ROW_ID_COLUMN = "__smerge_row"
-INDEX_FORMAT_VERSION = 2  # 2: meta.json records a SHA-256 and size of every file, the schema and its own SHA-256
+INDEX_FORMAT_VERSION = 3  # 2: meta.json records a SHA-256 and size of every file, the schema and its own SHA-256;
+# 3: time keys on one base (microseconds since 1970 UTC) in the R-tree and sort order, whatever their unit
 INDEX_FILES = ("data.parquet", "order.npy", "rtree.dat", "rtree.idx")
 HASH_CHUNK = 8 << 20
 MAX_DIMS = 8

@@ -1,9 +1,16 @@
 """Merge keys: validation against schemas and extraction to ``float64`` key matrices.
 
 Keys are d >= 1 numeric columns compared lexicographically (spec section 1). Integer and
-float columns are compared as float64; datetime/duration columns as numbers of their unit
-(e.g. seconds for ``timestamp[s]``). Float64 holds integers exactly up to 2**53, so
-nanosecond timestamps are compared to about 0.25 microseconds (documented in docs/).
+float columns are compared as float64. Every time representation is brought to one time base,
+**microseconds since 1970-01-01 00:00:00 UTC** (``TIME_BASE``), before it is compared:
+timestamps of any unit (s, ms, us, ns) with or without a time zone (a timestamp without a zone
+is UTC, the CF convention; one with a zone is its UTC instant, which is what Arrow stores),
+``date32``/``date64`` (midnight UTC), and CF times the netCDF reader decoded (already on the
+base). So a key of A stored as ``timestamp[us]`` meets a key of B stored as ``timestamp[ns,
+tz=Europe/Paris]`` or ``date32`` as the same instants. Time-of-day (``time32``/``time64``) and
+``duration`` columns are on the same microsecond scale, comparable only with their own kind.
+Float64 holds microseconds exactly within 2**53 us (about 285 years) of 1970; nanosecond
+timestamps become fractional microseconds (about 0.25 us apart in this century).
 """
 
 from __future__ import annotations
@@ -16,22 +23,55 @@ import pyarrow as pa
 
 from smerge.errors import UsageError
 
+TIME_BASE = "microseconds since 1970-01-01 00:00:00 UTC"
+US_PER_UNIT = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
+US_PER_DAY = 86400e6
+# Calendars whose microseconds since 1970-01-01 are true instants (a decoded CF time in the
+# standard calendar stays int64 when its dates reach before the Gregorian switch: still instants).
+_INSTANT_CALENDARS = ("standard", "proleptic_gregorian")
 
-def _key_kind(field: pa.Field) -> str | None:
+
+class KeyKind(NamedTuple):
+    """What a key column holds, for the A/B check: ``group`` must agree, ``words`` name it."""
+
+    group: str  # "number", "instant", "calendar:<name>", "time of day", "duration"
+    words: str
+
+
+def key_kind(field: pa.Field) -> KeyKind | None:
+    """The kind of key column ``field`` (None: not usable as a key)."""
     t = field.type
     md = field.metadata or {}
-    if b"smerge.cf_units" in md and not pa.types.is_timestamp(t):
-        # CF time in a non-standard calendar: microseconds on 1970-01-01 of that calendar.
-        return f"time in the {md.get(b'calendar', b'?').decode()} calendar"
+    if b"smerge.cf_units" in md:
+        cal = md.get(b"calendar", b"standard").decode()
+        units = md[b"smerge.cf_units"].decode(errors="replace")
+        if cal in _INSTANT_CALENDARS:
+            return KeyKind("instant", f"a time in the standard calendar (CF {units!r}, {cal})")
+        return KeyKind(f"calendar:{cal}", f"a time in the {cal} calendar (CF {units!r})")
     if pa.types.is_integer(t) or pa.types.is_floating(t):
-        return "number"
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date(t) or pa.types.is_time(t):
-        return f"time[{t}]"
+        return KeyKind("number", f"a number ({t})")
+    if pa.types.is_timestamp(t) or pa.types.is_date(t):
+        return KeyKind("instant", f"a time in the standard calendar ({t})")
+    if pa.types.is_time(t):
+        return KeyKind("time of day", f"a time of day ({t})")
+    if pa.types.is_duration(t):
+        return KeyKind("duration", f"a duration ({t})")
     return None
 
 
-def check_keys(schema: pa.Schema, keys: Sequence[str], *, side: str, source: str | None = None) -> list[str]:
-    """Check that every key exists and is numeric; return the key kinds (for A/B comparison)."""
+def us_per_raw(t: pa.DataType) -> float | None:
+    """Microseconds per stored unit of a time column of type ``t`` (None: not a time type)."""
+    if pa.types.is_timestamp(t) or pa.types.is_time(t) or pa.types.is_duration(t):
+        return US_PER_UNIT[t.unit]
+    if pa.types.is_date32(t):
+        return US_PER_DAY
+    if pa.types.is_date64(t):
+        return 1e3
+    return None
+
+
+def check_keys(schema: pa.Schema, keys: Sequence[str], *, side: str, source: str | None = None) -> list[KeyKind]:
+    """Check that every key exists and is a number or a time; return the key kinds (for A/B comparison)."""
     where = f" in {source}" if source else ""
     dup = sorted({k for k in keys if list(keys).count(k) > 1})
     if dup:
@@ -42,7 +82,7 @@ def check_keys(schema: pa.Schema, keys: Sequence[str], *, side: str, source: str
             raise UsageError(
                 f"key {k!r} does not exist{where} ({side}); available columns: {', '.join(schema.names)}"
             )
-        kind = _key_kind(schema.field(k))
+        kind = key_kind(schema.field(k))
         if kind is None:
             raise UsageError(
                 f"key {k!r}{where} ({side}) has type {schema.field(k).type}; keys must be numeric or datetime"
@@ -51,37 +91,46 @@ def check_keys(schema: pa.Schema, keys: Sequence[str], *, side: str, source: str
     return kinds
 
 
+_TIMES = ("instant", "calendar:")
+
+
 def check_key_compat(schema_a: pa.Schema, keys_a: Sequence[str], schema_b: pa.Schema, keys_b: Sequence[str],
                      *, source_a: str | None = None, source_b: str | None = None) -> None:
-    """Keys of A and B must agree in number and kind (numbers with numbers, same datetime unit)."""
+    """Keys of A and B must agree in number and kind: numbers with numbers, times with times of
+    the same calendar (any representation: all are brought to ``TIME_BASE``), times of day with
+    times of day, durations with durations."""
     ka = check_keys(schema_a, keys_a, side="A", source=source_a)
     kb = check_keys(schema_b, keys_b, side="B", source=source_b)
     if len(ka) != len(kb):
         raise UsageError(f"A has {len(ka)} keys and B has {len(kb)}; pass the same number with --keys/--keys-b")
     for x, y, t, u in zip(keys_a, keys_b, ka, kb):
-        if t != u and "calendar" in t + u and t.startswith("time") and u.startswith("time"):
-            raise UsageError(
-                f"key {x!r} of A ({source_a or 'A'}) is {t} but key {y!r} of B ({source_b or 'B'}) is {u}; "
-                "times in different calendars cannot be compared: convert one input to the other's calendar"
-            )
-        if t != u:
-            raise UsageError(
-                f"key {x!r} of A is {t} but key {y!r} of B is {u}; keys must have the same type "
-                "(cast one input, or choose other keys)"
-            )
+        if t.group == u.group:
+            continue
+        what = f"key {x!r} of A ({source_a or 'A'}) is {t.words} but key {y!r} of B ({source_b or 'B'}) is {u.words}"
+        if t.group.startswith(_TIMES) and u.group.startswith(_TIMES):
+            raise UsageError(f"{what}; times in different calendars cannot be compared: convert one input to the "
+                             "other's calendar")
+        raise UsageError(f"{what}; keys must have the same kind to be compared (numbers with numbers, times with "
+                         "times, times of day with times of day, durations with durations): cast one input, or "
+                         "choose other keys")
 
 
-def _column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A key column as float64: numbers as they are, times on ``TIME_BASE`` (see the module doc)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     t = col.type
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_time(t) or pa.types.is_date64(t):
-        col = col.cast(pa.int64())
-    elif pa.types.is_date32(t):
-        col = col.cast(pa.int32())
+    scale = us_per_raw(t)
+    if scale is not None:
+        col = col.view(pa.int32() if t.bit_width == 32 else pa.int64())
     if col.null_count:
         col = col.cast(pa.float64()).fill_null(float("nan"))
-    return numpy_view(col).astype(np.float64, copy=False)
+    v = numpy_view(col).astype(np.float64, copy=False)
+    if scale is None or scale == 1.0:
+        return v
+    # Multiplying by 1e6, 1e3 or 86400e6 is exact while the result fits 53 bits; ns are divided
+    # (x / 1000 is correctly rounded, x * 1e-3 is not).
+    return v / 1000.0 if scale == 1e-3 else v * scale
 
 
 def numpy_view(col: pa.Array) -> np.ndarray:
@@ -100,7 +149,7 @@ def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndar
     """The keys of ``batch`` as a C-ordered ``float64`` array of shape ``(rows, len(keys))``."""
     out = np.empty((batch.num_rows, len(keys)), dtype=np.float64)
     for c, k in enumerate(keys):
-        out[:, c] = _column_f64(batch.column(k))
+        out[:, c] = column_f64(batch.column(k))
     return out
 
 
@@ -134,7 +183,6 @@ DURATION_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "
                     "d": 86400.0, "day": 86400.0, "days": 86400.0, "w": 7 * 86400.0}
 # Months and years are fixed lengths only in the 360-day calendar.
 CALENDAR_SECONDS = {"mo": 30 * 86400.0, "y": 360 * 86400.0}
-_RAW_PER_SECOND = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}
 
 
 def duration_seconds(text: str, *, calendar: str | None, what: str) -> float:
@@ -160,20 +208,23 @@ def duration_seconds(text: str, *, calendar: str | None, what: str) -> float:
 def time_key_scale(field: pa.Field) -> tuple[float, float, str | None] | None:
     """For a time key: (raw units per second, raw units per plain number, calendar); else None.
 
-    A plain number on a decoded CF time key is in that variable's own units (``hours since``:
-    hours); on a native timestamp (Parquet, Arrow) in the timestamp's unit (spec section 1)."""
+    Raw units are those of the key matrix: microseconds (``TIME_BASE``) for every time. A plain
+    number on a decoded CF time key is in that variable's own units (``hours since``: hours); on
+    a native time column (Parquet, Arrow, CSV) in the column's stored unit: seconds for
+    ``timestamp[s]``, nanoseconds for ``timestamp[ns]``, days for ``date32``, milliseconds for
+    ``date64``."""
     t, md = field.type, field.metadata or {}
     if b"smerge.cf_units" in md:
         unit_us = float(md.get(b"smerge.cf_unit_us", b"1"))
         return 1e6, unit_us, md.get(b"calendar", b"standard").decode()
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t):
-        return _RAW_PER_SECOND[t.unit], 1.0, None
-    return None
+    per = us_per_raw(t)
+    return None if per is None else (1e6, per, None)
 
 
 def key_eps(eps, keys: Sequence[str], schema: pa.Schema):
-    """``--eps`` in the raw units of each key column: durations (``time=1h``) on time keys become
-    numbers of the key's unit; plain numbers on CF time keys are in the variable's own units."""
+    """``--eps`` in the raw units of each key column (those of ``key_matrix``): durations
+    (``time=1h``) on time keys become microseconds, whatever either input's representation;
+    plain numbers on time keys are in A's stored unit (``time_key_scale``), converted too."""
     from collections.abc import Mapping
 
     scales = {k: time_key_scale(schema.field(k)) for k in keys if k in schema.names}

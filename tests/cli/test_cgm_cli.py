@@ -144,7 +144,7 @@ def bad_cases(tmp_path, ncar):
         ("unknown key", ["cgm", P, T, "--keys", "timestep,lat,depth", "--local", *out], "depth"),
         ("unknown variable", ["cgm", P, T, "--vars-a", "q", "--local", *out], "'q'"),
         ("key count differs", ["cgm", P, T, "--keys", "timestep,lat", "--keys-b", "lat", "--local", *out], "keys"),
-        ("key type differs", ["cgm", ok, ts, "--keys", "k", "--local", *out], "same type"),
+        ("key type differs", ["cgm", ok, ts, "--keys", "k", "--local", *out], "same kind"),
         ("NaN key", ["cgm", nan, ok, "--keys", "k", "--local", *out], "row 1"),
         ("negative eps", ["cgm", P, T, "--eps", "-0.5", "--local", *out], ">= 0"),
         ("eps not a number", ["cgm", P, T, "--eps", "abc", "--local", *out], "not a number"),
