@@ -90,34 +90,64 @@ def _count(source: str, item: str, time_col: str, every: str | None, start: str 
     return _from_records(source, item, time_col, every, start, stop)
 
 
-def _query(item_type, time_type, every, start, stop):
+def _query(item_type, time_field, every, start, stop):
+    """The count query; ``time_field`` (a field: a decoded CF time carries its calendar) gives
+    the meaning of durations and date-times."""
     from smerge.merge.itemcount import ItemCounts, check_time_type, duration_ticks, time_point
 
+    time_type = time_field.type
     check_time_type(time_type, "--time")
     if every is not None:
-        return ItemCounts(item_type, time_type, every=duration_ticks(every, time_type, "--every"))
-    return ItemCounts(item_type, time_type, start=time_point(start, time_type, "--from"),
-                      stop=time_point(stop, time_type, "--to"))
+        return ItemCounts(item_type, time_type, every=duration_ticks(every, time_field, "--every"))
+    return ItemCounts(item_type, time_type, start=time_point(start, time_field, "--from"),
+                      stop=time_point(stop, time_field, "--to"))
+
+
+def _open_records(source: str, item: str, time_col: str):
+    """The records to count. A netCDF file is read as every other command reads it, and as
+    ``smerge serve`` streams it: its default keys (the dimension coordinates, or a point list's
+    coordinates) and data variables, one record per grid point. The time joins the keys when it is
+    not one (so a CF time is decoded), and the item joins the data variables (or else the keys)
+    when it is not a column already. Other inputs: the two columns."""
+    from smerge.datasets import open_input
+    from smerge.datasets.flight import is_flight_url
+    from smerge.errors import InputError, UsageError
+
+    src = None if is_flight_url(source) else open_input(source)
+    if src is None or src.format != "netcdf":
+        return open_input(source, keys=(time_col,), variables=(item,))
+    names = src.schema.names
+    if time_col in src.keys and item in names:
+        return src
+    keys = list(src.keys) + ([] if time_col in src.keys else [time_col])
+    variables = [n for n in names if n not in keys]
+    tries = [(keys, variables)] if item in names else [(keys, variables + [item]), (keys + [item], variables)]
+    errors = []
+    for k, v in tries:
+        try:
+            return open_input(source, keys=k, variables=v or None)
+        except (UsageError, InputError) as e:
+            errors.append(str(e))
+    raise UsageError(f"{'--item ' + repr(item) if item not in names else '--time ' + repr(time_col)}: {errors[0]}")
 
 
 def _from_records(source, item, time_col, every, start, stop):
     """Every record: a local file (exact) or a server's plain stream of the two columns."""
     import pyarrow as pa
 
-    from smerge.datasets import open_input
     from smerge.datasets.flight import is_flight_url
     from smerge.errors import InputError, UsageError
     from smerge.merge.itemcount import time_values
     from smerge.transport.summary import IpcBytes
 
-    src = open_input(source, keys=(time_col,), variables=(item,))
+    src = _open_records(source, item, time_col)
     names = src.schema.names
     if item not in names:
         raise UsageError(f"{source}: --item {item!r} is not a column; columns: {', '.join(names[:20])}")
     schema = pa.schema([src.schema.field(item), src.schema.field(time_col)])
     from smerge.cli.sampling import SampledCounts
 
-    counts = SampledCounts(lambda: _query(schema.field(0).type, schema.field(1).type, every, start, stop),
+    counts = SampledCounts(lambda: _query(schema.field(0).type, schema.field(1), every, start, stop),
                            src.counters)
     ipc = IpcBytes(schema)
     records = 0
@@ -128,7 +158,7 @@ def _from_records(source, item, time_col, every, start, stop):
         if b.column(0).null_count:
             raise InputError(f"{source}: item column {item!r} has missing values")
         counts.add_raw(b.column(0), time_values(b.column(1), time_col))
-    table = counts.table()
+    table = _time_metadata(counts.table(), schema.field(1))
     mode = "stream" if is_flight_url(source) else "local"
     stats = {"command": "count", "source": source, "mode": mode, "item": item, "time": time_col,
              "records_received": records, "records_raw": records, "bytes_received": ipc.total,
@@ -141,11 +171,11 @@ def _from_summary(source, client, every, start, stop):
 
     schema, messages = client.summary()
     desc = summary_description(schema)
-    counts = _query(schema.field(0).type, schema.field(1).type, every, start, stop)
+    counts = _query(schema.field(0).type, schema.field(1), every, start, stop)
     rx = SummaryReceiver(schema, counts)
     for batch, meta in messages:
         rx.add(batch, meta)
-    table = rx.table()
+    table = _time_metadata(rx.table(), schema.field(1))
     st = rx.stats
     stats = {"command": "count", "source": source, "mode": "summary", "item": desc["item"], "time": desc["time"],
              "records_received": st.records_received, "records_raw": st.sender.get("records_raw"),
@@ -155,6 +185,33 @@ def _from_summary(source, client, every, start, stop):
              "lifetimes": st.sender.get("lifetimes"),
              "summary": {k: desc[k] for k in ("lifetime_text", "support", "correct_factor", "sketch", "max_frequent")}}
     return table, _answer_stats(stats, table, every, start, stop)
+
+
+def _time_metadata(table, time_field):
+    """``start``/``end`` of a decoded CF time carry its units and calendar, like the time column."""
+    import pyarrow as pa
+
+    from smerge.datasets.cf_time import field_calendar
+
+    if field_calendar(time_field) is None:
+        return table
+    fields = [f.with_metadata(time_field.metadata) if f.name in ("start", "end") else f for f in table.schema]
+    return table.cast(pa.schema(fields))
+
+
+def _time_text(table, column: str):
+    """A formatter for ``column``'s values: dates in a decoded CF time's calendar, else as they are."""
+    from smerge.datasets.cf_time import field_calendar
+
+    cal = field_calendar(table.schema.field(column))
+    if cal is None:
+        return str
+    import datetime as dt
+
+    import cftime
+
+    epoch = cftime.datetime(1970, 1, 1, calendar=cal)
+    return lambda us: str(epoch + dt.timedelta(microseconds=us))
 
 
 def _answer_stats(stats: dict, table, every, start, stop) -> dict:
@@ -172,10 +229,11 @@ def _answer_stats(stats: dict, table, every, start, stop) -> dict:
 def _summary(s: dict, table) -> str:
     lines = [f"smerge count: {s['source']} ({s['mode']}) {s['item']} over {s['time']}"]
     if table is not None:
+        when = _time_text(table, "start")
         for r in table.slice(0, SHOWN_ROWS).to_pylist():
             flag = "" if r["exact"] else "  (estimate)"
             cnt = f"{r['count']:.0f}" if r["exact"] else f"{r['count']:.1f}"
-            lines.append(f"  {r['start']} .. {r['end']}  {r['item']}  {cnt}{flag}")
+            lines.append(f"  {when(r['start'])} .. {when(r['end'])}  {r['item']}  {cnt}{flag}")
         if table.num_rows > SHOWN_ROWS:
             lines.append(f"  ... {table.num_rows - SHOWN_ROWS:,} more rows (write them all with -o)")
     lines.append(f"  answers   {s['answers']:,} ({s['exact_answers']:,} exact, {s['estimated_answers']:,} estimates)")

@@ -75,7 +75,21 @@ def _numpy(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.concatenate([numpy_view(c) for c in chunks]) if chunks else np.empty(0, col.type.to_pandas_dtype())
 
 
-def duration_ticks(text: str | float, t: pa.DataType, what: str) -> int | float:
+def _time_type(t: pa.DataType | pa.Field) -> tuple[pa.DataType, int | None, str | None]:
+    """(type, nanoseconds per tick or None, CF calendar or None) of a time column given by its type
+    or its field. A field of a decoded CF time in a calendar Arrow has no type for (``noleap``,
+    ``360_day``, ...) is int64 microseconds on the 1970 base, its calendar in the field metadata."""
+    if isinstance(t, pa.Field):
+        from smerge.datasets.cf_time import field_calendar
+
+        cal = field_calendar(t)
+        if cal is not None and pa.types.is_int64(t.type):
+            return t.type, 10**3, cal
+        t = t.type
+    return t, tick_ns(t), None
+
+
+def duration_ticks(text: str | float, t: pa.DataType | pa.Field, what: str) -> int | float:
     """A duration (``90s``, ``1h``, or a plain number in the column's unit) in ticks of ``t``, > 0."""
     m = _DUR_RE.match(str(text))
     unit = m.group(2).lower() if m else ""
@@ -83,7 +97,7 @@ def duration_ticks(text: str | float, t: pa.DataType, what: str) -> int | float:
         raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d (units ns us ms s min "
                          "h d w) or a plain number in the time column's unit")
     value = float(m.group(1))
-    ns = tick_ns(t)
+    t, ns, _ = _time_type(t)
     if unit and ns is None:
         raise UsageError(f"{what} {text!r} has a unit but the time column is a plain number; give a plain number "
                          "in the time column's unit")
@@ -97,8 +111,15 @@ def duration_ticks(text: str | float, t: pa.DataType, what: str) -> int | float:
     return int(ticks)
 
 
-def time_point(text: str, t: pa.DataType, what: str) -> int | float:
-    """``--from``/``--to``: an ISO date-time on timestamp/date columns, else a number."""
+_DATE_TIME = re.compile(r"^\s*([+-]?\d+)-(\d{1,2})-(\d{1,2})(?:[T\s](\d{1,2}):(\d{2})(?::(\d{2}))?)?Z?\s*$")
+
+
+def time_point(text: str, t: pa.DataType | pa.Field, what: str) -> int | float:
+    """``--from``/``--to``: an ISO date-time on timestamp/date columns and decoded CF times (in
+    their calendar), else a number."""
+    t, _, cal = _time_type(t)
+    if cal is not None:
+        return _calendar_point(text, cal, what)
     if is_time_type(t):
         try:
             unit = t.unit if pa.types.is_timestamp(t) else ("D" if pa.types.is_date32(t) else "ms")
@@ -112,6 +133,24 @@ def time_point(text: str, t: pa.DataType, what: str) -> int | float:
     if not math.isfinite(v):
         raise UsageError(f"{what} {text!r} must be finite")
     return int(v) if pa.types.is_integer(t) and v == int(v) else v
+
+
+def _calendar_point(text: str, calendar: str, what: str) -> int:
+    """A date-time in a CF calendar as microseconds since 1970-01-01 in that calendar."""
+    import datetime as dt
+
+    import cftime
+
+    m = _DATE_TIME.match(str(text))
+    if not m:
+        raise UsageError(f"{what} {text!r} is not a date-time; write e.g. 2024-01-31T12:00:00 (in the time "
+                         f"column's {calendar} calendar)")
+    y, mo, d, h, mi, sec = (int(g or 0) for g in m.groups())
+    try:
+        when = cftime.datetime(y, mo, d, h, mi, sec, calendar=calendar)
+    except ValueError as e:
+        raise UsageError(f"{what} {text!r} is not a date of the {calendar} calendar: {e}") from None
+    return (when - cftime.datetime(1970, 1, 1, calendar=calendar)) // dt.timedelta(microseconds=1)
 
 
 def lifetime_ids(times: np.ndarray, length: int | float) -> np.ndarray:

@@ -79,7 +79,7 @@ class SummaryParams:
             if col not in schema.names:
                 raise UsageError(f"{source}: {what} {col!r} is not a column; columns: {', '.join(schema.names[:20])}")
         check_time_type(schema.field(self.time).type, self.time)
-        return duration_ticks(self.lifetime, schema.field(self.time).type, "--lifetime")
+        return duration_ticks(self.lifetime, schema.field(self.time), "--lifetime")
 
     def describe(self, length: int | float) -> dict:
         return {"item": self.item, "time": self.time, "lifetime": length, "lifetime_text": str(self.lifetime),
