@@ -22,7 +22,8 @@ __all__ = [
 
 def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
                batch_rows: int = DEFAULT_BATCH_ROWS, fmt: str | None = None, decode_times: bool = False,
-               sample: float | None = None, sample_seed: int | None = None) -> InputSource:
+               sample: float | None = None, sample_seed: int | None = None,
+               order: Sequence[tuple[str, int]] | None = None) -> InputSource:
     """Open ``path`` as a stream of records (spec section 1).
 
     ``keys``: key columns/variables (netCDF default: the coordinate variables of the chosen
@@ -31,6 +32,9 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
     CF units ``"<unit> since <date>"`` become ``timestamp[ns]``. Nothing is read beyond metadata
     until ``batches()`` is iterated. ``sample``, ``sample_seed``: for an archive folder, the
     sampling fraction in (0, 1] and its seed (datasets/archive_read.py); other inputs refuse them.
+    ``order``: ``(key, direction)`` pairs in another grid's dimension order: a netCDF grid keyed
+    by its dimension coordinates is then read in that order (``NetCDFBackend.open``); other
+    inputs are read as stored.
     """
     path = local_path(path)  # file:///x read by smerge's own readers (in-process runs)
     backend = guess_backend(path, fmt)
@@ -41,4 +45,7 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
         from smerge.errors import UsageError
 
         raise UsageError(f"{path}: sampling (fraction {sample}) reads archives only; this input is {backend.name}")
+    if order and backend.name == "netcdf":
+        return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times,
+                            order=order)
     return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times)

@@ -30,6 +30,13 @@ class GridInfo:
     variables: tuple[str, ...]
     coords: dict[str, Any] = field(default_factory=dict)  # dim -> numpy array of coordinate values
     attrs: dict[str, dict] = field(default_factory=dict)  # variable -> its netCDF attributes
+    # key -> the one dimension it is on, for keys that are a dimension's coordinate
+    # (lat(lat), lat(latitude)) or its array index (then the key is the dimension's name)
+    key_dims: dict[str, str] = field(default_factory=dict)
+    index_keys: tuple[str, ...] = ()  # keys that are array indices (no variable identifies the dimension)
+    stored_dims: tuple[str, ...] = ()  # the dimensions in the file's order (``dims``: in the order read)
+    key_direction: dict[str, int] = field(default_factory=dict)  # 1-D key -> +1 increasing, -1 decreasing, 0
+    reordered: bool = False  # read in another input's key order (not as stored)
 
     @property
     def inner_size(self) -> int:

@@ -110,6 +110,130 @@ def _group_hint(ds) -> str:
             "which smerge does not read: extract one with `nccopy -G` or xarray's open_dataset(group=...)")
 
 
+_LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
+_LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
+# standard names of coordinates (CF standard name table, the coordinate kinds)
+_COORD_STANDARD_NAMES = {
+    "latitude", "longitude", "time", "grid_latitude", "grid_longitude", "projection_x_coordinate",
+    "projection_y_coordinate", "projection_x_angular_coordinate", "projection_y_angular_coordinate",
+    "altitude", "height", "depth", "air_pressure", "model_level_number", "forecast_period",
+    "forecast_reference_time", "atmosphere_sigma_coordinate", "atmosphere_hybrid_sigma_pressure_coordinate",
+    "atmosphere_hybrid_height_coordinate", "ocean_sigma_coordinate", "ocean_s_coordinate",
+    "ocean_double_sigma_coordinate", "ocean_sigma_z_coordinate", "air_potential_temperature",
+}
+
+
+def _coordinate_marks(name: str, var, named: set[str]) -> tuple[str, ...]:
+    """What marks the 1-D variable ``var`` as a coordinate of its dimension per CF: its units
+    (degrees_north/east, a time since a date), an ``axis``, a ``positive`` direction, a
+    coordinate ``standard_name``, or a ``coordinates`` attribute naming it."""
+    from smerge.datasets.cf_time import is_cf_time_units
+
+    attrs = {a: var.getncattr(a) for a in var.ncattrs()}
+    units = str(attrs.get("units", "")).strip().lower()
+    marks = []
+    if units in _LAT_UNITS or units in _LON_UNITS:
+        marks.append(f"units {attrs['units']}")
+    if is_cf_time_units(attrs.get("units")):
+        marks.append("time units")
+    if str(attrs.get("axis", "")).upper() in ("X", "Y", "Z", "T"):
+        marks.append(f"axis {attrs['axis']}")
+    if str(attrs.get("positive", "")).lower() in ("up", "down"):
+        marks.append("positive")
+    if str(attrs.get("standard_name", "")).split(" ")[0] in _COORD_STANDARD_NAMES:
+        marks.append(f"standard_name {attrs['standard_name']}")
+    if name in named:
+        marks.append("named in coordinates")
+    return tuple(marks)
+
+
+def _dimension_key(path: str, allvars, dim: str, named: set[str]) -> str:
+    """The default key of dimension ``dim``: its coordinate variable ``dim(dim)``; else the one
+    1-D numeric variable on it that CF marks as a coordinate (``lat(latitude)`` with units
+    degrees_north, ...); else the dimension itself, keyed by array index (allowed only when the
+    other input keys it by index too, with the same size: ``jobs.inputs``). Several candidates
+    are exit 2: smerge does not guess between them."""
+    v = allvars.get(dim)
+    if v is not None and v.dimensions == (dim,):
+        return dim
+    cands = {n: _coordinate_marks(n, w, named) for n, w in allvars.items()
+             if w.dimensions == (dim,) and _is_numeric(w)}
+    cands = {n: m for n, m in cands.items() if m}
+    if len(cands) > 1:
+        which = "; ".join(f"{n}: {', '.join(m)}" for n, m in cands.items())
+        raise UsageError(
+            f"{path}: dimension {dim!r} has no coordinate variable of its name and several variables mark "
+            f"themselves as its coordinate ({which}); "
+            "name the keys with --keys")
+    return next(iter(cands), dim)
+
+
+def _reorder(allvars, dims: tuple[str, ...], key_names: Sequence[str],
+             order: Sequence[tuple[str, int]] | None) -> tuple[tuple[int, ...] | None, tuple[bool, ...] | None]:
+    """How to read a grid in another input's key order: ``(perm, flip)`` (see ``_SlabPlan``), or
+    ``(None, None)`` when it is read as stored. It applies when every record dimension is keyed
+    by exactly one key of ``order`` on it alone (a coordinate variable, an auxiliary coordinate
+    ``lat(latitude)`` or the dimension's index), so the records can be put in that order."""
+    if not order or len(dims) < 1:
+        return None, None
+    dim_of = {}
+    for k in key_names:
+        v = allvars.get(k)
+        if v is None and k in dims:
+            dim_of[k] = k
+        elif v is not None and len(v.dimensions) == 1 and v.dimensions[0] in dims:
+            dim_of[k] = v.dimensions[0]
+    names = [k for k, _ in order]
+    if len(names) != len(dims) or set(names) != set(key_names) or any(k not in dim_of for k in names) \
+            or sorted(dim_of[k] for k in names) != sorted(dims):
+        return None, None
+    perm = tuple(dims.index(dim_of[k]) for k in names)
+    flip = []
+    for k, want in order:
+        v = allvars.get(k)
+        have = 0
+        if v is not None and want and v.shape[0] > 1:
+            try:
+                # direction from the ends (cheap); a non-monotone coordinate is read as stored
+                first, last = (float(np.ma.getdata(v[i])) for i in (0, v.shape[0] - 1))
+                have = 1 if last > first else -1 if last < first else 0
+            except (OSError, RuntimeError, IndexError, ValueError, TypeError):
+                have = 0
+        flip.append(bool(want and have and have != want))
+    if perm == tuple(range(len(dims))) and not any(flip):
+        return None, None
+    return perm, tuple(flip)
+
+
+def _direction(values) -> int:
+    """+1 for strictly increasing values, -1 for strictly decreasing, 0 otherwise."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size < 2:
+        return 0
+    d = np.diff(v)
+    return 1 if (d > 0).all() else -1 if (d < 0).all() else 0
+
+
+def _chunk_cache(var, axis: int, n: int, limit: int = 256 << 20) -> None:
+    """Let a strided read of ``n`` indices along stored ``axis`` keep the chunks it touches, so
+    the next slab does not read them again (netCDF-4 chunked variables; at most ``limit``
+    bytes: a larger layer of chunks is read again per slab, slower but in bounded memory)."""
+    try:
+        chunks = var.chunking()
+    except (AttributeError, RuntimeError, OSError):
+        return
+    if not isinstance(chunks, list):
+        return
+    layer = np.dtype(var.dtype).itemsize if var.dtype is not str else 8
+    for i, (size, c) in enumerate(zip(var.shape, chunks)):
+        layer *= c if i == axis else -(-size // c) * c
+    size = int(min(max(layer, 1 << 20), limit))
+    try:
+        var.set_var_chunk_cache(size=size, nelems=max(1009, 4 * size // (1 << 20) + 1))
+    except (AttributeError, RuntimeError, OSError):
+        pass
+
+
 class NetCDFBackend:
     name = "netcdf"
     extensions = (".nc", ".cdf", ".nc4", ".netcdf")
@@ -118,9 +242,15 @@ class NetCDFBackend:
         return magic.startswith(_MAGICS) or (not magic and path.lower().endswith(self.extensions))
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
-             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = True) -> InputSource:
+             batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = True,
+             order: Sequence[tuple[str, int]] | None = None) -> InputSource:
         """Open ``path`` (metadata and the 1-D coordinates only). CF time keys are always decoded
-        (``datasets.cf_time``); ``decode_times`` is kept for the backend protocol."""
+        (``datasets.cf_time``); ``decode_times`` is kept for the backend protocol.
+
+        ``order``: ``(key, direction)`` pairs, the order (and, +1/-1, the direction, 0 for any)
+        in which another input's grid stores these keys. When this file is a grid whose keys
+        are its dimension coordinates, it is read in that order (``_reorder``), so its records
+        arrive as the other input's do."""
         for what, names in (("key", keys), ("variable", variables)):
             dup = sorted({n for n in names or () if list(names).count(n) > 1})
             if dup:
@@ -183,13 +313,21 @@ class NetCDFBackend:
                     key_names = cf
                     chosen = [v for v in chosen if v not in cf]
                 else:
-                    key_names = list(dims)
+                    named = {r for v in allvars.values() if "coordinates" in v.ncattrs()
+                             for r in str(v.getncattr("coordinates")).split()}
+                    key_names = [_dimension_key(path, allvars, d, named) for d in dims]
+                    chosen = [v for v in chosen if v not in key_names]
             for k in key_names:
                 if k in allvars and _is_string(allvars[k]):
                     raise _key_error(path, k, "is a character or string variable")
             shape = tuple(len(ds.dimensions[d]) for d in dims)
             if not chosen and not key_names:
                 raise InputError(f"{path}: nothing to read")
+            stored_dims = tuple(dims)
+            perm, flip = _reorder(allvars, dims, key_names, order)
+            if perm is not None:
+                dims = tuple(dims[i] for i in perm)
+                shape = tuple(shape[i] for i in perm)
             # Key columns: broadcast coordinate (1-D on one of dims) or full variables on dims.
             coords: dict[str, np.ndarray] = {}
             key_kind: dict[str, tuple] = {}
@@ -212,6 +350,8 @@ class NetCDFBackend:
                     # curvilinear grid), read whole and broadcast over the others.
                     if v is not None:
                         vals, typ = self._coordinate(v, path, k, time_decode.get(k))
+                        if flip and len(v.dimensions) == 1 and flip[dims.index(v.dimensions[0])]:
+                            vals = vals[::-1]
                         axes = [dims.index(d) for d in v.dimensions]
                         if vals.ndim > 1:
                             vals = np.transpose(vals, np.argsort(axes))
@@ -232,11 +372,19 @@ class NetCDFBackend:
             valid_masked = tuple(n for n in chosen if any(a in attrs[n] for a in _VALID_ATTRS))
             # What the reads rely on, checked at every open of the file for reading (_SlabPlan.check)
             stored = tuple((n, str(allvars[n].dtype)) for n in (*key_names, *chosen) if n in allvars)
+            allvars_names = set(allvars)
+            # keys on one dimension: a coordinate (lat(lat), lat(latitude)) or an array index
+            key_dims_of = {k: (allvars[k].dimensions if k in allvars else (k,)) for k in key_names
+                           if k not in allvars or len(allvars[k].dimensions) == 1}
+        key_dims = {k: kd[0] for k, kd in key_dims_of.items()}
+        direction = {k: _direction(coords[k]) for k in key_dims if k in coords and np.ndim(coords[k]) == 1}
         grid = GridInfo(path=path, dims=tuple(dims), shape=shape, variables=tuple(chosen),
-                        coords={d: coords[d] for d in dims if d in coords}, attrs=attrs)
+                        coords={d: coords[d] for d in dims if d in coords}, attrs=attrs, key_dims=key_dims,
+                        index_keys=tuple(k for k in key_names if k not in allvars_names),
+                        stored_dims=stored_dims, key_direction=direction, reordered=perm is not None)
         plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
                          time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked,
-                         dims=tuple(dims), stored=stored)
+                         dims=tuple(dims), stored=stored, perm=perm, flip=flip, stored_dims=stored_dims)
         return _source(plan, grid, batch_rows)
 
     @staticmethod
@@ -286,6 +434,11 @@ class _SlabPlan:
     valid_masked: tuple[str, ...]
     dims: tuple[str, ...] = ()
     stored: tuple[tuple[str, str], ...] = ()  # (variable, its netCDF dtype) of the keys and variables read
+    # B read in another input's key order: record axis i is stored axis perm[i] (None: as
+    # stored), and flip[i] reads that axis backwards (after the permutation)
+    perm: tuple[int, ...] | None = None
+    flip: tuple[bool, ...] | None = None
+    stored_dims: tuple[str, ...] = ()
 
     def check(self, ds) -> None:
         """The file opened for reading still has the dimensions and variables this plan was made
@@ -336,17 +489,44 @@ class _SlabPlan:
             if data.size != n:
                 raise _read_error(path, f"variable {v!r}", ValueError(f"got {data.size} values, expected {n}"))
             if v in self.valid_masked:
-                masked += _range_masked(var, a, b, data)
+                masked += _range_masked(var, data, lambda: self._read(ds, v, a, b, raw=True))
             cols.append(_arrow(data.reshape(n)).cast(f.type) if not pa.types.is_string(f.type)
                         else pa.array(data.reshape(n), type=pa.string()))
         return pa.RecordBatch.from_arrays(cols, schema=self.schema), masked
 
-    def _read(self, ds, name: str, a: int, b: int):
-        """Variable ``name`` at outer indices ``a:b``, as netCDF4 gives it (unpacked, masked)."""
+    def _read(self, ds, name: str, a: int, b: int, raw: bool = False):
+        """Variable ``name`` at outer indices ``a:b``, as netCDF4 gives it (unpacked, masked;
+        ``raw``: as stored), in the plan's record order: for a B read in A's order, the slab
+        ``a:b`` of the plan's outer dimension wherever the file stores it, its axes put in the
+        plan's order (a strided read of one slab: memory is one slab, as for any input)."""
+        var = ds.variables[name]
+        if raw:
+            var.set_auto_maskandscale(False)
         try:
-            return ds.variables[name][a:b]
+            if self.perm is None:
+                return np.asarray(var[a:b]) if raw else var[a:b]
+            return self._read_reordered(var, a, b)
         except (OSError, RuntimeError, IndexError, ValueError) as e:
             raise _read_error(self.path, f"variable {name!r}", e) from None
+        finally:
+            if raw:
+                var.set_auto_maskandscale(True)
+
+    def _read_reordered(self, var, a: int, b: int):
+        nrec = len(self.dims)
+        outer = self.stored_dims.index(self.dims[0])  # where the plan's outer axis is stored
+        n0 = self.shape[0]
+        lo, hi = (n0 - b, n0 - a) if self.flip[0] else (a, b)
+        index = [slice(None)] * var.ndim
+        index[outer] = slice(lo, hi)
+        _chunk_cache(var, outer, hi - lo)
+        data = var[tuple(index)]
+        axes = [self.stored_dims.index(d) for d in self.dims] + list(range(nrec, var.ndim))
+        data = data.transpose(axes)
+        flips = tuple(slice(None, None, -1) if f else slice(None) for f in self.flip)
+        if any(self.flip):
+            data = data[flips]
+        return data
 
     def _full_key(self, k: str, col) -> pa.Array:
         """The key column of key variable ``k`` from its values ``col`` (1-D): CF times decoded."""
@@ -427,17 +607,14 @@ def _source(plan: "_SlabPlan", grid: GridInfo, batch_rows: int) -> InputSource:
                        reopen=(_source, (plan, grid, batch_rows)))
 
 
-def _range_masked(var, a: int, b: int, data) -> int:
+def _range_masked(var, data, read_raw) -> int:
     """Values masked by valid_min/valid_max/valid_range (the CF rule netCDF4 applies): masked
-    in ``data`` but neither ``_FillValue``, ``missing_value`` nor NaN in the raw values."""
+    in ``data`` but neither ``_FillValue``, ``missing_value`` nor NaN in the raw values
+    (``read_raw()``: the same values as stored, in the same layout)."""
     mask = np.ma.getmaskarray(data)
     if not mask.any():
         return 0
-    var.set_auto_maskandscale(False)
-    try:
-        raw = np.asarray(var[a:b])
-    finally:
-        var.set_auto_maskandscale(True)
+    raw = np.asarray(read_raw())
     other = np.zeros(raw.shape, dtype=bool)
     for attr in ("_FillValue", "missing_value"):
         if attr in var.ncattrs():
@@ -476,17 +653,26 @@ def masked_values(src: InputSource, *, read_here: bool = True) -> int:
     if not names:
         return 0
     total = 0
-    step = max(1, DEFAULT_BATCH_ROWS // max(g.inner_size, 1))
     with NC_LOCK:
         ds = _open(src.path)
         ds.set_always_mask(True)
+
+    def raw(var, a, b):
+        var.set_auto_maskandscale(False)
+        try:
+            return np.asarray(var[a:b])
+        finally:
+            var.set_auto_maskandscale(True)
+
     try:
-        for a in range(0, g.shape[0] if g.shape else 1, step):
-            b = min(a + step, g.shape[0])
-            with NC_LOCK:
-                for n in names:
-                    var = ds.variables[n]
-                    total += _range_masked(var, a, b, var[a:b])
+        for n in names:  # in the file's own layout (a count does not depend on the order)
+            var = ds.variables[n]
+            outer = var.shape[0] if var.ndim else 1
+            step = max(1, DEFAULT_BATCH_ROWS // max(int(np.prod(var.shape[1:])), 1))
+            for a in range(0, outer, step):
+                b = min(a + step, outer)
+                with NC_LOCK:
+                    total += _range_masked(var, var[a:b], lambda: raw(var, a, b))
     finally:
         with NC_LOCK:
             ds.close()

@@ -52,8 +52,10 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     if not src_a.keys:
         raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
     keys_b = job.keys_b or tuple(src_a.keys)
+    order = grid_order(src_a, keys_b)
     try:
-        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows)
+        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows,
+                       **({"order": order} if order else {}))
     except MissingKeyError as e:
         if job.keys_b:
             raise
@@ -61,7 +63,44 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
                          "keys are matched by name: name B's keys in A's order with --keys-b") from None
     if not src_b.keys:
         raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+    check_index_keys(src_a, src_b)
     return src_a, src_b
+
+
+def grid_order(src_a: InputSource, keys_b) -> list[tuple[str, int]] | None:
+    """B's keys in the order (and direction) A's grid stores them, when A is a grid keyed by its
+    dimensions' coordinates (one key per dimension): B, if it is such a grid too, is then read
+    in that order, so a B stored (time, lon, lat), (lat, time, lon) or with latitudes north to
+    south pairs as if stored like A. None when A is not such a grid."""
+    g = src_a.grid
+    if g is None or len(src_a.keys) != len(g.dims) or len(keys_b) != len(src_a.keys):
+        return None
+    by_dim = {d: k for k, d in g.key_dims.items()}
+    if set(by_dim) != set(g.dims) or set(by_dim.values()) != set(src_a.keys):
+        return None
+    pos = {k: i for i, k in enumerate(src_a.keys)}
+    return [(keys_b[pos[by_dim[d]]], g.key_direction.get(by_dim[d], 0)) for d in g.dims]
+
+
+def check_index_keys(src_a: InputSource, src_b: InputSource) -> None:
+    """A dimension without a coordinate (keyed by its array index) pairs with B only when B keys
+    the same key by index too, on a dimension of the same size: otherwise index i of one file and
+    index i of the other need not be the same place (a sub-region, another grid)."""
+    ga, gb = src_a.grid, src_b.grid
+    for side, src, g, other, go in (("A", src_a, ga, src_b, gb), ("B", src_b, gb, src_a, ga)):
+        for k in (g.index_keys if g is not None else ()):
+            ko = other.keys[list(src.keys).index(k)]
+            n = g.shape[g.dims.index(k)] if k in g.dims else None
+            if go is not None and ko in go.index_keys and ko in go.dims and go.shape[go.dims.index(ko)] == n:
+                continue
+            if go is not None and ko in go.index_keys:
+                why = f"{other.path} has {go.shape[go.dims.index(ko)]:,} on its dimension {ko!r}, not {n:,}"
+            else:
+                why = f"{other.path} keys {ko!r} by its values, not by index"
+            raise UsageError(
+                f"{src.path}: dimension {k!r} ({side}) has no coordinate variable, so its records would be keyed "
+                f"by array index, but {why}: indices are not places; name keys that locate the records with "
+                "--keys/--keys-b (e.g. the latitude and longitude variables), or add a coordinate variable")
 
 
 def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
@@ -93,4 +132,5 @@ def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
     return reader == "spark" or any(is_spark_url(p) for p in (job.a, job.b) if p)
 
 
-__all__ = ["Progress", "ProgressFactory", "PreparedMerge", "open_inputs", "masked_stats", "needs_spark_readers"]
+__all__ = ["Progress", "ProgressFactory", "PreparedMerge", "open_inputs", "grid_order", "check_index_keys",
+           "masked_stats", "needs_spark_readers"]

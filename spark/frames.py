@@ -136,7 +136,7 @@ def _read_files(spark, path: str, fmt: str, local_path: str | None = None):
 
 
 def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
-               batch_rows: int = 131072) -> FrameSource:
+               batch_rows: int = 131072, order=None) -> FrameSource:
     """Open ``path`` (a URL, or a local Parquet/CSV/netCDF path) as a Spark DataFrame input."""
     from pyspark.sql import functions as F
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -145,7 +145,7 @@ def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables
 
     local = None
     if not is_spark_url(path):
-        local = open_input(path, keys=keys, variables=variables, batch_rows=batch_rows)
+        local = open_input(path, keys=keys, variables=variables, batch_rows=batch_rows, order=order)
         if local.format == "netcdf":
             from smerge.spark.netcdf import NAME, arrow_schema, register
 

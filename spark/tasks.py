@@ -59,6 +59,8 @@ class SideSpec:
     # The driver's source again without its metadata read (``InputSource.reopen``; netCDF): a
     # task's open costs no netCDF open of its own (6-8 ms each, twice per task otherwise).
     reopen: tuple | None = None
+    # read in the other input's key order (a transposed grid): only ``reopen`` reads it so
+    reordered: bool = False
 
     @property
     def open_options(self) -> dict:
@@ -83,6 +85,8 @@ class SideSpec:
         """The input reduced to its key columns when the format allows it, else the whole input."""
         from smerge.datasets import open_input
 
+        if self.reordered:
+            return self.open()
         try:
             src = open_input(self.path, keys=self.keys, variables=self.keys[:1], batch_rows=self.batch_rows,
                              **self.open_options)
