@@ -91,7 +91,8 @@ def test_the_accepted_words_per_calendar():
 
 REF_PARTS = st.fixed_dictionaries({
     "year": st.integers(1, 3000), "month": st.integers(1, 12), "day": st.integers(1, 31),
-    "sep": st.sampled_from([" ", "T", "_"]), "hm": st.one_of(st.none(), st.tuples(st.integers(0, 23), st.integers(0, 59))),
+    "sep": st.sampled_from([" ", "T", "_"]),
+    "hm": st.one_of(st.none(), st.tuples(st.integers(0, 23), st.integers(0, 59))),
     "sec": st.one_of(st.none(), st.integers(0, 59)), "frac": st.sampled_from(["", ".5", ".25", ".125", ".0"]),
     "tz": st.sampled_from(["", "Z", " UTC", " +05:30", "-0300", " +02", " -11:45"]),
     "pad": st.booleans(),
