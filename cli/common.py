@@ -166,6 +166,12 @@ def merge_summary(s: dict) -> str:
                      f"{kmin:.4f}, moving drop rate max {s['drop_rate_moving_max']:.4f}")
     if "kappa_max" in s:
         lines.append(f"  kappa_max {s['kappa_max']:.4f} (match rate with an unbounded window)")
+        if s["kappa_max"] - s["match_pct"] / 100 > 0.01:
+            stored = s.get("b_order") == "as stored"
+            lines.append(f"  shortfall {s['kappa_max'] - s['match_pct'] / 100:.2%} of A below kappa_max: B's partners "
+                         "arrived outside the window" + (" (B is read as stored: only gridded netCDF inputs keyed by "
+                                                         "their dimensions are read in A's order)" if stored else "")
+                         + "; a larger --window, or smerge rtm, finds them")
     if "delta_ok" in s:
         verdict = "ok" if s["delta_ok"] else "VIOLATED"
         lines.append(f"  delta     {s['params'].get('delta')} over {s['params'].get('delta_windows')} windows: {verdict}")

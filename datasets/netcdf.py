@@ -3,7 +3,9 @@
 A netCDF input is the selected variables (same dimensions) flattened in C order; every record
 carries the keys. Default variables: every numeric non-coordinate variable on the dimensions
 of the variable with the most dimensions. Default keys: the coordinate variables of those
-dimensions (a dimension without one is keyed by its index, an int64 column named after it).
+dimensions; a dimension without one takes the 1-D variable CF marks as its coordinate
+(``lat(latitude)``), else it is keyed by its index (an int64 column named after it). A grid can
+be read in another grid's dimension order (``order``), so a transposed B pairs like A.
 Keys may also be variables on the same dimensions (point lists: ``time(rec), lat(rec)``).
 Fill values, ``scale_factor`` and ``add_offset`` are applied as netCDF4 does; missing values
 become nulls.

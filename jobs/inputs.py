@@ -116,7 +116,12 @@ def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
         return masked_values(src, read_here=read_here)
 
     b = None if prep.src_b.format == "flight" else masked(prep.src_b)
-    return {"a_masked": masked(prep.src_a), "b_masked": b}
+    return {"a_masked": masked(prep.src_a), "b_masked": b, "b_order": read_order(prep.src_b)}
+
+
+def read_order(src: InputSource) -> str:
+    """How B's records were read: ``"A's key order"`` (a grid read in A's order) or ``"as stored"``."""
+    return "A's key order" if src.grid is not None and src.grid.reordered else "as stored"
 
 
 def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:

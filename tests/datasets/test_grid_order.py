@@ -45,6 +45,7 @@ def test_every_permutation_of_a_3d_grid_pairs_everything(order, tmp_path, capsys
     stats, t = merge(capsys, a, b, tmp_path / "o.parquet")
     assert stats["matched"] == stats["a_records"] == 4 * 24 * 30
     assert stats["a_unmatched"] == stats["b_unmatched"] == 0
+    assert stats["b_order"] == ("as stored" if order == ("time", "lat", "lon") else "A's key order")
     assert_same_places(t)
     # A's order: the pairs come out in A's stored order
     assert np.array_equal(np.asarray(t["T"]), field(coords()).reshape(-1))
@@ -216,3 +217,7 @@ def test_tabular_b_still_best_effort(tmp_path, capsys):
     assert rc == 0, se
     stats = json.loads(so)
     assert stats["matched"] < stats["a_records"] and stats["kappa_max"] == 1.0
+    assert stats["b_order"] == "as stored"
+    rc, so, se = run_cli(capsys, "cgm", a, tmp_path / "b.parquet", "--local", "-o", tmp_path / "o.parquet",
+                         "--overwrite", "--keys", "time,lat,lon", "--kappa-max", *SMALL_WINDOW)
+    assert rc == 0 and "shortfall" in so and "read as stored" in so, so
