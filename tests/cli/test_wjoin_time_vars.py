@@ -10,6 +10,7 @@ date exactly (to the microsecond).
 from __future__ import annotations
 
 import re
+import warnings
 
 import cftime
 import netCDF4
@@ -23,6 +24,7 @@ import pytest
 from smerge.cli.main import main
 from smerge.datasets import open_input
 from smerge.datasets.cf_time import BASE_UNITS
+from smerge.datasets.writers import calendar_dates
 from smerge.jobs.cgm import CGMJob, prepare as prepare_cgm
 from smerge.jobs.wjoin import WJoinJob, prepare as prepare_wjoin
 
@@ -314,3 +316,16 @@ def test_default_variables_are_cgms(tmp_path, make):
     c = prepare_cgm(CGMJob(a=path, b=path, output=str(tmp_path / "o.parquet")))
     assert w.sources[0].schema.equals(c.src_a.schema, check_metadata=True)
     assert w.sources[0].schema.equals(open_input(path).schema, check_metadata=True)
+
+
+@pytest.mark.parametrize("calendar", ["standard", "proleptic_gregorian", "noleap", "all_leap", "360_day", "julian"])
+def test_calendar_dates_equal_cftime_text(calendar):
+    """The CSV text of a time is cftime's, also for years before 1 and fractions of a second."""
+    rng = np.random.default_rng(7)
+    us = np.concatenate([[0, 1, -1, 86_400_000_000, -86_400_000_001], rng.integers(-10**17, 10**17, 5000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", cftime.CFWarning)  # years before 1
+        want = [str(d) for d in cftime.num2date(us, BASE_UNITS, calendar=calendar)]
+    assert calendar_dates(pa.array(us), calendar).to_pylist() == want
+    assert calendar_dates(pa.array([5, None], pa.int64()), calendar).to_pylist() == ["1970-01-01 00:00:00.000005",
+                                                                                      None]
