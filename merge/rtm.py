@@ -7,6 +7,12 @@ for each window, asks ``source`` — anything with ``range_query``/``symdiff_que
 yields batches of pairs (layout: ``merge.output``). B is an indexed relation, not consumed: a
 B record may pair with A records of several windows; each A record pairs at most once.
 
+Page mode (the default) sweeps each window B against window A until a sweep pairs nothing
+(kappa_max's rule: one sweep pairs only one record of a run of MATCHing keys) and refills
+window B while a remaining A key plus eps is not before window B's last key. With eps = 0 it
+pairs, per A window and key, min(A records of the window, B records) with that key: the most
+possible. ``symdiff`` mode is the paper's: one sweep per window B and the spec's cursor rule.
+
 Memory: one A window, the current window B and the pairs of one A window, plus a bitmap of
 |B| booleans recording which B records were ever paired (for ``b_unmatched``).
 """
@@ -144,6 +150,23 @@ def _box_of(k: np.ndarray, eps: np.ndarray) -> Box | None:
     return Box(tuple(float(c.min() - e) for c, e in zip(cols, eps)), tuple(float(c.max() + e) for c, e in zip(cols, eps)))
 
 
+def _may_reach(ak: np.ndarray, eps: np.ndarray, last: np.ndarray) -> bool:
+    """Whether some A key may MATCH a B key at or after ``last`` in key order (a later window B
+    of the same range): some row's upper corner ``ak + eps`` is not before ``last``."""
+    if not ak.shape[0]:
+        return False
+    lead = ak[-1, 0] + eps[0]  # ak is sorted: its last row has the largest leading key
+    if lead != last[0] or ak.shape[1] == 1:
+        return bool(lead >= last[0])
+    ak = ak[np.searchsorted(ak[:, 0], ak[-1, 0], side="left"):]  # only these rows tie on the leading key
+    up = ak + eps
+    after, undecided = np.zeros(up.shape[0], np.bool_), np.ones(up.shape[0], np.bool_)
+    for j in range(up.shape[1]):
+        after |= undecided & (up[:, j] > last[j])
+        undecided &= up[:, j] == last[j]
+    return bool((after | undecided).any())
+
+
 def _a_windows(batches: Iterator[pa.RecordBatch], schema: pa.Schema, n: int,
                clock: list) -> Iterator[pa.Table]:
     """A in windows of exactly N records (the last may be shorter), arrival order."""
@@ -211,6 +234,8 @@ def rtm_merge(
     a_keys_all: list[np.ndarray] = []
     queries = fetched = windows = 0
     ma, mb = np.empty(n, np.bool_), np.empty(n, np.bool_)
+    idx = np.arange(n, dtype=np.int64)  # positions in a window: the "row ids" given to sweep_until_dry
+    page_mode = params.refill == "page"
     pa_, pb_ = np.empty(n, np.int64), np.empty(n, np.int64)
 
     def emit_a(window: pa.Table, pos: np.ndarray, rows: np.ndarray) -> None:
@@ -273,14 +298,21 @@ def rtm_merge(
                 wb, bk = got
                 nb = bk.shape[0]
                 ma[:na] = False
-                mb[:nb] = False
-                m, i, _j = _kernel.sweep(ak, na, bk, nb, eps, ma, mb, pa_, pb_)
+                if page_mode:  # the sweep repeated until dry (it pairs one record of a run of MATCHing keys at a time)
+                    m = _kernel.sweep_until_dry(ak, idx[:na], bk, idx[:nb], eps, pa_, pb_)
+                    ma[pa_[:m]] = True
+                else:
+                    mb[:nb] = False
+                    m, i, _j = _kernel.sweep(ak, na, bk, nb, eps, ma, mb, pa_, pb_)
                 if m:
                     matched_a.append(apos[pa_[:m]].copy())
                     b_parts.append(wb.take(pa.array(pb_[:m].copy())))
                     keep = ~ma[:na]
                     ak, apos = np.ascontiguousarray(ak[keep]), apos[keep]
-                if i >= na:  # cursor a reached the end of window A first: next A window
+                if page_mode:  # refill while a remaining A record may MATCH a B record after this window B
+                    if not _may_reach(ak, eps, bk[-1]):
+                        break
+                elif i >= na:  # cursor a reached the end of window A first: next A window
                     break
                 na = ak.shape[0]
                 got = fetcher.next_window()  # cursor b reached the end of window B: refill
