@@ -33,7 +33,7 @@ def rtm(
                                                   "(grpc://HOST:PORT or grpc+tls://HOST:PORT).")] = None,
     token_file: Annotated[Optional[str], typer.Option("--token-file", help="File holding the server's bearer token.")] = None,
     tls_root_cert: Annotated[Optional[str], typer.Option("--tls-root-cert", help="PEM certificate(s) to trust for grpc+tls.")] = None,
-    refill: Annotated[str, typer.Option("--refill", help="Window-B refill: page (lossless, default) or symdiff (the paper's).")] = "page",
+    refill: Annotated[str, typer.Option("--refill", help="Window-B refill: page (default; lossless with eps 0) or symdiff (the paper's).")] = "page",
     keys: KeysOpt = None,
     keys_b: KeysBOpt = None,
     vars_a: VarsAOpt = None,

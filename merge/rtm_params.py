@@ -14,7 +14,8 @@ DEFAULT_FETCH_ROWS = 262144
 @dataclass(frozen=True)
 class RTMParams:
     """``window_size`` is N (A-window and B-window size, records); ``eps`` one tolerance per key;
-    ``refill`` is ``page`` (lossless, default) or ``symdiff`` (the paper's variant).
+    ``refill`` is ``page`` (default; every window B swept until dry, lossless with eps = 0) or
+    ``symdiff`` (the paper's variant).
 
     ``fetch_rows`` caps how many records one range request may bring back in page mode: the
     client asks for N first, then doubles up to this cap and slices the result into N-record
