@@ -21,8 +21,24 @@ from smerge.errors import SmergeError, UsageError
 EXIT_OK, EXIT_INTERNAL, EXIT_USAGE, EXIT_DELTA = 0, 1, 2, 3
 
 
+MAX_MESSAGE = 2000  # characters of an error line; a file's names can be megabytes long
+
+
+def one_line(message: str) -> str:
+    """``message`` as one bounded line: newlines folded, words (names, values) longer than 120
+    characters shortened, and the middle of a line longer than MAX_MESSAGE cut (its start says
+    what is wrong, its end how to fix it)."""
+    import re
+
+    msg = " ".join(message.split("\n"))
+    msg = re.sub(r"\S{121,}", lambda m: m.group(0)[:100] + f"... ({len(m.group(0)):,} characters)", msg)
+    if len(msg) > MAX_MESSAGE:
+        msg = msg[:MAX_MESSAGE - 400] + " ... " + msg[-395:]
+    return msg
+
+
 def fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
-    typer.echo(f"smerge: error: {message}", err=True)
+    typer.echo(f"smerge: error: {one_line(message)}", err=True)
     return typer.Exit(code)
 
 
@@ -39,7 +55,8 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
     except KeyboardInterrupt:
         raise fail("interrupted; no output was written", 130)
     except MemoryError:
-        raise fail("out of memory; lower --window or the batch size", EXIT_INTERNAL)
+        raise fail("out of memory: the run needed more than the machine or its address-space limit (ulimit -v) "
+                   "allows", EXIT_INTERNAL)
     except Exception as e:  # unexpected: one line, traceback only with --debug
         if debug:
             traceback.print_exc()

@@ -30,8 +30,9 @@ def gen(
         import os
 
         from smerge.datasets import check_output_path, format_for, open_output
-        from smerge.datasets.outputs import make_temp_file
-        from smerge.datasets.gen import GenParams, check_netcdf_names, generate, write_netcdf
+        from smerge.datasets.outputs import claim_file, make_temp_file, space_errors
+        from smerge.datasets.gen import MIN_RECORD_BYTES, GenParams, check_netcdf_names, generate, write_netcdf
+        from smerge.memory import check_free_space
         from smerge.errors import UsageError
 
         require_text(out, "OUT", "name the output file")
@@ -45,11 +46,13 @@ def gen(
         if fmt == "netcdf":
             check_netcdf_names(p)
         check_output_path(out, overwrite=overwrite, fmt=fmt)
+        check_free_space(out, p.records * MIN_RECORD_BYTES, f"{p.records:,} records")
         if fmt == "netcdf":
             tmp = make_temp_file(out)  # owner-tagged, 0666 minus the umask
             try:
-                write_netcdf(tmp, p)
-                os.replace(tmp, out)
+                with space_errors(out, where=tmp):
+                    write_netcdf(tmp, p)
+                    claim_file(tmp, out, overwrite=overwrite)  # atomic: a file created there meanwhile is kept
             finally:
                 if os.path.exists(tmp):
                     os.unlink(tmp)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from smerge.datasets.base import (DEFAULT_BATCH_ROWS, GridInfo, InputSource, backends, guess_backend, is_spark_url,
-                                  local_path, register_backend)
+from smerge.datasets.base import (DEFAULT_BATCH_ROWS, GridInfo, InputSource, backends, check_regular, guess_backend,
+                                  is_spark_url, local_path, register_backend)
 from smerge.datasets.writers import FORMATS, Output, check_output_path, format_for, open_output
 
 __all__ = [
@@ -37,6 +37,8 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
     inputs are read as stored.
     """
     path = local_path(path)  # file:///x read by smerge's own readers (in-process runs)
+    if "://" not in path:
+        check_regular(path)
     backend = guess_backend(path, fmt)
     if backend.name == "archive":
         return backend.open(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=decode_times,

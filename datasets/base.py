@@ -136,6 +136,25 @@ def local_path(path: str) -> str:
     return path[len("file://"):] if path.lower().startswith("file://") else path
 
 
+def check_regular(path: str) -> None:
+    """Refuse an input that is not a regular file (a FIFO, a pipe such as /dev/stdin, a device,
+    a socket) before opening it: smerge opens an input several times (the format probe, its
+    metadata, each read), and a pipe gives its bytes once, while a second open of a FIFO whose
+    writer has gone blocks forever."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # missing or unreadable: said by the caller
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return
+    kind = ("a FIFO (named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+    raise InputError(f"{path}: is {kind}, not a regular file; smerge reads an input more than once, so write the "
+                     "stream to a file first (e.g. cat > in.parquet) and name that file")
+
+
 def read_magic(path: str) -> bytes:
     if path.split("://", 1)[0].lower() in SERVER_SCHEMES and "://" in path:
         return b""  # a server stream, not a file: datasets/flight.py opens it
@@ -152,6 +171,7 @@ def read_magic(path: str) -> bytes:
 
             return ARCHIVE_MAGIC
         raise InputError(f"{path}: is a directory, not a data file; name a file")
+    check_regular(path)
     try:
         with open(path, "rb") as f:
             return f.read(MAGIC_BYTES)

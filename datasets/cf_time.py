@@ -105,6 +105,8 @@ class CFTime:
         """Microseconds on the base (int64) and the mask of missing values (or None)."""
         mask = np.ma.getmaskarray(values) if np.ma.isMaskedArray(values) else None
         raw = np.ma.getdata(values) if mask is not None else np.asarray(values)
+        if mask is not None and mask.any():  # a missing value's stored number (a fill value) is no time
+            raw = np.where(mask, np.zeros((), raw.dtype), raw)
         if raw.dtype.kind in "iu":
             big = np.abs(raw.astype(np.float64)) * self.unit_us > 9.2e18
             if big.any():

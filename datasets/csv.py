@@ -23,6 +23,25 @@ from smerge.errors import InputError
 # blocks its pool grew with the file (308 MiB peak for an 8M-row, 590 MB file; 89 MiB at 1M
 # rows); with 1 MiB blocks it stays at 38 MiB for both.
 CSV_BLOCK_BYTES = 1 << 20
+MAX_HEADER_BYTES = 64 << 20  # a header line longer than this is refused, not read without bound
+
+
+def _block_size(path: str) -> int:
+    """Arrow's CSV reader needs the header line (and each row) within one block: a block of at
+    least four header lines (1 MiB at least); a header longer than MAX_HEADER_BYTES is refused."""
+    n = 0
+    with open(path, "rb") as f:
+        while n <= MAX_HEADER_BYTES:
+            chunk = f.read(1 << 20)
+            i = chunk.find(b"\n")
+            if i >= 0 or not chunk:
+                n += i if i >= 0 else 0
+                break
+            n += len(chunk)
+    if n > MAX_HEADER_BYTES:
+        raise InputError(f"{path}: its header line is longer than {MAX_HEADER_BYTES >> 20} MiB; a CSV header names "
+                         "the columns: check that the file is CSV with one header line, or convert it to Parquet")
+    return max(CSV_BLOCK_BYTES, 4 * (n + 1))
 
 class CSVBackend:
     name = "csv"
@@ -55,11 +74,12 @@ class CSVBackend:
         import pyarrow.csv as pcsv
 
         parse = pcsv.ParseOptions(delimiter=self._delimiter(path))
+        block = _block_size(path)
         if not offset:
-            return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES), parse_options=parse)
+            return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=block), parse_options=parse)
         stream = pa.OSFile(path, "rb")
         stream.seek(offset)
-        return pcsv.open_csv(stream, read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES, column_names=schema.names),
+        return pcsv.open_csv(stream, read_options=pcsv.ReadOptions(block_size=block, column_names=schema.names),
                              parse_options=parse,
                              convert_options=pcsv.ConvertOptions(column_types={f.name: f.type for f in schema}))
 

@@ -28,6 +28,10 @@ _EPOCH_2000_US = 946684800 * 10**6  # 2000-01-01 00:00 UTC in microseconds since
 
 
 COORDINATES = ("time", "lat", "lon")
+# bytes per record of the shuffled arrival order (positions, their sort and the chosen indices)
+ORDER_RECORD_BYTES = 40
+# the least a record of time, lat, lon and three float32 variables takes in any output format
+MIN_RECORD_BYTES = 12
 MAX_RECORDS = 10**12  # --records and --displacement: 28 TB of records is far past any test
 MAX_GRID = 10**6  # NLAT and NLON each
 MAX_JITTER = 360.0  # degrees
@@ -76,6 +80,11 @@ class GenParams:
             raise UsageError(f"--records {self.records} on a {self.nlat}x{self.nlon} grid is {steps:,} 6-hourly "
                              "time steps, past the last date a timestamp holds; use a larger --grid or fewer records")
         self._check_variables()
+        if self.randomize:
+            from smerge.memory import check_fits
+
+            check_fits(self.records * ORDER_RECORD_BYTES, f"--randomize on {self.records:,} records (their "
+                       "arrival order is built in memory)", "lower --records, or leave out --randomize")
 
     def _check_variables(self) -> None:
         names = tuple(self.variables)

@@ -207,6 +207,24 @@ def _reorder(allvars, dims: tuple[str, ...], key_names: Sequence[str],
     return perm, tuple(flip)
 
 
+# A coordinate (or index) of the outer dimension longer than this is read with each slab instead
+# of whole (a file may declare a dimension of 2**31 with no data: 16 GB if read whole).
+WHOLE_COORDINATE = 1 << 22
+# Records in one slab of the outer dimension (the product of the other dimensions): smerge reads
+# at least one whole slab at a time, so a larger one cannot be read in bounded memory.
+MAX_SLAB_RECORDS = 1 << 26
+
+
+def _check_slab_size(path: str, dims: Sequence[str], shape: Sequence[int]) -> None:
+    inner = int(np.prod(shape[1:], dtype=np.float64)) if len(shape) > 1 else 1
+    if inner > MAX_SLAB_RECORDS:
+        sizes = ", ".join(f"{d}={n:,}" for d, n in zip(dims, shape))
+        raise UsageError(
+            f"{path}: one slab of its outer dimension {dims[0]!r} holds {inner:,} records ({sizes}); smerge reads "
+            f"at least one slab at a time and reads at most {MAX_SLAB_RECORDS:,} records per slab: choose variables "
+            "with --vars on fewer dimensions, or split the file along another dimension (ncks -d)")
+
+
 def _direction(values) -> int:
     """+1 for strictly increasing values, -1 for strictly decreasing, 0 otherwise."""
     v = np.asarray(values, dtype=np.float64)
@@ -330,6 +348,7 @@ class NetCDFBackend:
             if perm is not None:
                 dims = tuple(dims[i] for i in perm)
                 shape = tuple(shape[i] for i in perm)
+            _check_slab_size(path, dims, shape)
             # Key columns: broadcast coordinate (1-D on one of dims) or full variables on dims.
             coords: dict[str, np.ndarray] = {}
             key_kind: dict[str, tuple] = {}
@@ -350,6 +369,18 @@ class NetCDFBackend:
                 else:
                     # A variable on some of the dimensions (a coordinate, lat2d(y, x) of a
                     # curvilinear grid), read whole and broadcast over the others.
+                    if v is not None and v.dimensions == dims[:1] and v.size > WHOLE_COORDINATE:
+                        # A long coordinate of the outer dimension: read with each slab, never whole
+                        key_kind[k] = ("outer",)
+                        ct = time_decode.get(k)
+                        typ = ct.field_type() if ct else pa.from_numpy_dtype(self._dtype(ds, path, k))
+                        fields.append(pa.field(k, typ, metadata=ct.metadata(typ) if ct else None))
+                        continue
+                    if v is not None and v.ndim > 1 and dims[0] in v.dimensions and v.size > WHOLE_COORDINATE:
+                        raise UsageError(
+                            f"{path}: key {k!r} on {v.dimensions} has {v.size:,} values, more than smerge reads "
+                            f"whole ({WHOLE_COORDINATE:,}) for a key on several dimensions that include the outer "
+                            f"one; use keys on one dimension each, or a subset of the file (ncks -d)")
                     if v is not None:
                         vals, typ = self._coordinate(v, path, k, time_decode.get(k))
                         if flip and len(v.dimensions) == 1 and flip[dims.index(v.dimensions[0])]:
@@ -360,7 +391,9 @@ class NetCDFBackend:
                         axes = sorted(axes)
                     else:
                         axes = [dims.index(k)]
-                        vals = np.arange(shape[axes[0]], dtype=np.int64)
+                        n = shape[axes[0]]
+                        # an index as long as the dimension is never built: a range is sliced per slab
+                        vals = np.arange(n, dtype=np.int64) if n <= WHOLE_COORDINATE else range(n)
                         typ = pa.int64()
                     coords[k] = vals
                     key_kind[k] = ("coord", tuple(axes))
@@ -379,7 +412,8 @@ class NetCDFBackend:
             key_dims_of = {k: (allvars[k].dimensions if k in allvars else (k,)) for k in key_names
                            if k not in allvars or len(allvars[k].dimensions) == 1}
         key_dims = {k: kd[0] for k, kd in key_dims_of.items()}
-        direction = {k: _direction(coords[k]) for k in key_dims if k in coords and np.ndim(coords[k]) == 1}
+        direction = {k: _direction(coords[k]) for k in key_dims
+                     if isinstance(coords.get(k), np.ndarray) and coords[k].ndim == 1}
         grid = GridInfo(path=path, dims=tuple(dims), shape=shape, variables=tuple(chosen),
                         coords={d: coords[d] for d in dims if d in coords}, attrs=attrs, key_dims=key_dims,
                         index_keys=tuple(k for k in key_names if k not in allvars_names),
@@ -481,6 +515,11 @@ class _SlabPlan:
                 else:
                     cols.append(pa.array(col).cast(f.type))
                 continue
+            if kind[0] == "outer":
+                per = self._full_key(k, self._read_outer(ds, k, a, b))
+                inner = n // max(b - a, 1)
+                cols.append(per.take(pa.array(np.repeat(np.arange(b - a, dtype=np.int64), inner))))
+                continue
             cols.append(self._full_key(k, self._read(ds, k, a, b).reshape(n)))
         masked = 0
         for v, f in zip(self.chosen, list(self.schema)[len(self.key_names):]):
@@ -513,6 +552,18 @@ class _SlabPlan:
         finally:
             if raw:
                 var.set_auto_maskandscale(True)
+
+    def _read_outer(self, ds, name: str, a: int, b: int):
+        """The 1-D coordinate ``name`` of the plan's outer dimension at outer indices ``a:b``."""
+        var = ds.variables[name]
+        n0 = self.shape[0]
+        back = bool(self.flip and self.flip[0])
+        lo, hi = (n0 - b, n0 - a) if back else (a, b)
+        try:
+            data = var[lo:hi]
+        except (OSError, RuntimeError, IndexError, ValueError) as e:
+            raise _read_error(self.path, f"variable {name!r}", e) from None
+        return data[::-1] if back else data
 
     def _read_reordered(self, var, a: int, b: int):
         nrec = len(self.dims)

@@ -195,7 +195,15 @@ class BIndex:
     @classmethod
     def from_source(cls, src, *, name: str | None = None, nan_keys: str = "error",
                     directory: str | None = None, tree: str = "lazy") -> "BIndex":
-        """Read a whole ``smerge.datasets.InputSource`` (loads it all into memory) and index it."""
+        """Read a whole ``smerge.datasets.InputSource`` (loads it all into memory) and index it.
+        An input that cannot fit is refused before it is read (``smerge.memory``)."""
+        from smerge.memory import check_fits, record_bytes
+
+        if src.num_rows:
+            d = len(src.keys)
+            check_fits(src.num_rows * (2 * record_bytes(src.schema) + 16 * d + 72),
+                       f"indexing {src.path} ({src.num_rows:,} records, held whole with their R-tree)",
+                       "merge it with smerge cgm, which streams, or index a subset")
         batches = list(src.batches())
         table = pa.Table.from_batches(batches, schema=src.schema) if batches else src.schema.empty_table()
         nm = name or os.path.splitext(os.path.basename(str(src.path).rstrip("/")))[0] or "b"

@@ -16,7 +16,7 @@ from typing import Callable, Mapping
 import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
-from smerge.jobs.inputs import PreparedMerge, ProgressFactory, masked_stats, open_inputs
+from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
 from smerge.merge.keys import check_key_compat, key_eps, with_keys
@@ -60,6 +60,8 @@ def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> Pre
     readers; the Spark runner passes one that reads URLs with Spark's readers).
     """
     src_a, src_b = open_inputs(job, opener)
+    if job.kappa_max:
+        check_kappa_memory(src_a, src_b)
     keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
     check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b)
     eps = resolve_eps(key_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a, src_a.schema),

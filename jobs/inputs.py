@@ -67,6 +67,16 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     return src_a, src_b
 
 
+def check_kappa_memory(src_a: InputSource, src_b: InputSource) -> None:
+    """kappa_max keeps every key of both inputs (and a row id) in memory: refuse before the run
+    when they cannot fit (``smerge.memory``)."""
+    from smerge.memory import check_fits
+
+    n = (src_a.num_rows or 0) + (src_b.num_rows or 0)
+    check_fits(n * (16 * len(src_a.keys) + 16), f"--kappa-max on {n:,} records (every key held for the "
+               "unbounded merge)", "leave out --kappa-max, or run it on a subset")
+
+
 def grid_order(src_a: InputSource, keys_b) -> list[tuple[str, int]] | None:
     """B's keys in the order (and direction) A's grid stores them, when A is a grid keyed by its
     dimensions' coordinates (one key per dimension): B, if it is such a grid too, is then read

@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
 from smerge.errors import UsageError
-from smerge.jobs.inputs import PreparedMerge, ProgressFactory, masked_stats, open_inputs
+from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
@@ -134,6 +134,8 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
         src_a = _keys_in_server_order(job, src_a, src_b)
     else:
         src_a, src_b = open_inputs(job)
+    if job.kappa_max:
+        check_kappa_memory(src_a, src_b)
     keys = MergeKeys(tuple(src_a.keys), tuple(src_b.keys))
     check_key_compat(src_a.schema, keys.a, src_b.schema, keys.b, source_a=job.a, source_b=job.b or job.server)
     eps = resolve_eps(key_eps(dict(job.eps) if isinstance(job.eps, Mapping) else job.eps, keys.a, src_a.schema),

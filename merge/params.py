@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from smerge.errors import UsageError
+from smerge.memory import check_fits
 
 DEFAULT_WINDOW_SIZE = 5000
 DEFAULT_LEAST_INCREMENT = 1000
@@ -14,6 +15,7 @@ DEFAULT_DELTA_WINDOWS = 10
 # Upper bounds (README lists them): the engines allocate their window buffers, about 200 bytes
 # per record of N for three keys, up front; a larger N cannot be a real request.
 MAX_WINDOW_SIZE = 10**9
+WINDOW_RECORD_BYTES = 200
 MAX_DELTA_WINDOWS = 10**9
 NAN_KEY_POLICIES = ("error", "unmatched")
 
@@ -62,6 +64,7 @@ def check_common(p) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WINDOW_SIZE:
         raise UsageError(f"--window is {n}; the window size N must be an integer from 1 to 10^9 "
                          "(its buffers, about 200 bytes a record, are allocated up front)")
+    check_fits(n * WINDOW_RECORD_BYTES, f"--window {n:,} (its buffers are allocated up front)", "lower --window")
     if len(p.eps) != len(p.keys.a):
         raise UsageError(f"{len(p.eps)} tolerances for {len(p.keys.a)} keys")
     for k, e in zip(p.keys.a, p.eps):

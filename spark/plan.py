@@ -238,7 +238,9 @@ def _outer_coordinate_k1(src) -> np.ndarray | None:
     k1 = src.keys[0]
     if grid is None or not grid.dims or grid.dims[0] != k1 or k1 not in grid.coords:
         return None
-    vals = np.asarray(grid.coords[k1])
+    if not isinstance(grid.coords[k1], np.ndarray):  # a long index, generated per slab
+        return None
+    vals = grid.coords[k1]
     if vals.ndim != 1 or vals.size != src.outer_size:
         return None
     field = src.schema.field(k1)
