@@ -47,6 +47,13 @@ def load_jobs(path: str) -> tuple[dict, list[dict]]:
             doc = tomllib.load(f)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such jobs file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a jobs file; name the TOML file") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the jobs file ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); "
+                         "save the jobs file as UTF-8") from None
     except tomllib.TOMLDecodeError as e:
         raise UsageError(f"{path}: not valid TOML ({e})") from None
     unknown = set(doc) - {"spark", "defaults", "job"}
@@ -113,15 +120,16 @@ def make_job(j: dict[str, Any]):
     )
 
 
-def check_batch_paths(jobs: list[dict[str, Any]], summary_path: str) -> None:
+def check_batch_paths(jobs: list[dict[str, Any]], summary_path: str, jobs_file: str | None = None) -> None:
     """Before any job runs: no two outputs of the file (outputs, unmatched files, stats, the
-    summary) share a real path or lie inside a folder output, and no output of a job is an
-    input of any job (``smerge.datasets.outputs.check_distinct``; exit 2). A job whose options
-    are bad is left to fail on its own when it runs."""
-    from smerge.datasets.outputs import check_distinct
+    summary) share a real path or lie inside a folder output, no output of a job is an input of
+    any job nor the jobs file itself (``smerge.datasets.outputs.check_distinct``), and the summary
+    can be written (``check_target``: not a directory, its folder exists and is writable); exit 2.
+    A job whose options are bad is left to fail on its own when it runs."""
+    from smerge.datasets.outputs import check_distinct, check_target, local_real
     from smerge.datasets.writers import is_dataset_path
 
-    inputs: list[str] = []
+    inputs: list[str] = [jobs_file] if jobs_file else []
     outputs: list[tuple[str, str, bool]] = []
     for j in jobs:
         try:
@@ -135,7 +143,14 @@ def check_batch_paths(jobs: list[dict[str, Any]], summary_path: str) -> None:
             outputs += [(f"{who} unmatched", f"{cj.unmatched}.{s}.parquet", False) for s in ("a", "b")]
         outputs.append((f"{who} stats", cj.stats, False))
     outputs.append(("--summary", summary_path, False))
+    if jobs_file:
+        own = local_real(jobs_file)
+        for opt, path, _ in outputs:
+            if local_real(path.rstrip("/" + os.sep) or path) == own:
+                raise UsageError(f"{opt} {path!r} is the jobs file {jobs_file!r}, an input that is never written: "
+                                 "choose another path")
     check_distinct(inputs, outputs)
+    check_target(summary_path, overwrite=True, folder=False, inputs=inputs, opt="--summary")
 
 
 @app.command("batch")
@@ -158,7 +173,7 @@ def batch(
     def body() -> int:
         spark_cfg, jobs = load_jobs(jobs_file)
         summary_path = summary or f"{os.path.splitext(jobs_file)[0]}.summary.json"
-        check_batch_paths(jobs, summary_path)
+        check_batch_paths(jobs, summary_path, jobs_file)
         file_conf = spark_cfg.get("conf", {})
         if not isinstance(file_conf, dict):
             raise UsageError(f"{jobs_file}: [spark] conf must be a table of KEY = \"VALUE\"")
@@ -237,7 +252,7 @@ def batch(
                "failed": sum(r["status"] == "failed" for r in records), "exit_code": code}
         from smerge.jobs import write_stats
 
-        write_stats(summary_path, doc)
+        write_stats(summary_path, doc, opt="--summary")  # the summary of each run replaces the last one
         for r in records:  # one stderr line per failed job, also with --json
             if r["status"] == "failed":
                 typer.echo(f"smerge batch: job {r['name']} failed: {r['error']}", err=True)

@@ -68,7 +68,7 @@ def count(
         if stats_path:
             from smerge.jobs import write_stats
 
-            write_stats(stats_path, stats)
+            write_stats(stats_path, stats, overwrite=overwrite)
         emit_stats(stats, as_json=as_json, summary=lambda s: _summary(s, None if output else table))
         return 0
 

@@ -56,7 +56,7 @@ from smerge.datasets.archive_manifest import (  # noqa: F401 - public here too
     LOCK, MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _digest, _fsync_path,
     _json_time, _make_dir, _short, _write_manifest, all_blocks, blocks_for_fraction, damaged,
     eager_fractions, info, is_archive, max_time, min_time, read_block, read_manifest, schema_list)
-from smerge.datasets.outputs import remove_stale
+from smerge.datasets.outputs import remove_stale, space_cause
 from smerge.errors import InputError, OutputError, UsageError
 
 
@@ -367,7 +367,8 @@ def append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch], 
         if not isinstance(e, OSError):
             raise
         # a folder that cannot be written, a full disk: the current run is not appended
-        raise OutputError(f"{directory}: cannot write the archive ({e.strerror or _short(e)}); check the folder's "
+        cause = space_cause(e, directory) or e.strerror or _short(e)
+        raise OutputError(f"{directory}: cannot write the archive ({cause}); check the folder's "
                           "permissions and free space (runs appended before this one are kept)") from None
 
 

@@ -156,6 +156,13 @@ class GridWriter:
     def close(self) -> None:
         try:
             self._close()
+        except RuntimeError as e:  # HDF5 loses the errno: "NetCDF: HDF error" on a full disk
+            from smerge.datasets.outputs import space_errno
+
+            err = space_errno(e, self.path)
+            if err is None:
+                raise
+            raise OSError(err, f"{os.strerror(err)} (netCDF: {e})", self.path) from None
         finally:
             self._discard_spill()
 

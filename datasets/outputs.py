@@ -16,12 +16,30 @@
   removes such entries whose owner is provably gone (same host, boot and pid namespace, and
   the pid no longer runs); anything else is left alone. Every run sweeps the folder it writes
   to before it creates its own temporary entries.
+- **Claiming the name.** The no-overwrite rule holds at the moment an output is put in place,
+  not only before the run (``claim_file``, ``replace_dir``): without ``overwrite`` the name is
+  claimed atomically (``renameat2(RENAME_NOREPLACE)``; where the kernel or filesystem lacks it,
+  ``link`` then ``unlink`` for files and ``mkdir`` then ``rename`` for folders), so of two runs
+  racing for one output exactly one wins and the other fails (``OutputError``) with nothing
+  written, and a file someone creates at the output path during a run is kept. With
+  ``overwrite`` a file is replaced by one rename, and a folder by ``renameat2(RENAME_EXCHANGE)``
+  (the new and the old folder swap names in one step, then the old one is removed); where the
+  exchange is unsupported the old folder is renamed aside first, and a run killed between the
+  two renames has its previous output restored by the next run's sweep.
+- **Environment errors.** A write that fails because the disk is full, a quota is exceeded or
+  the file grew past the file size limit (``ENOSPC``, ``EDQUOT``, ``EFBIG``; also when a library
+  loses the errno, as HDF5 and libspatialindex do, and the disk holding the output is found full)
+  becomes an ``OutputError`` naming the cause and the path (``space_errors``, ``write_error``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import hashlib
 import os
+import platform
 import re
 import secrets
 import shutil
@@ -29,7 +47,7 @@ import socket
 from functools import lru_cache
 from typing import Iterable, Sequence
 
-from smerge.errors import OutputError
+from smerge.errors import OutputError, SmergeError
 
 MARKER = ".smerge-dataset"
 MARKER_TEXT = "This folder was written by smerge; `--overwrite` may replace it as a whole.\n"
@@ -110,6 +128,8 @@ def check_target(path: str, *, overwrite: bool, folder: bool, inputs: Iterable[s
         if os.path.isdir(target) and _inside(ri, real):
             raise OutputError(f"{opt} {path!r} is a folder that contains the input {inp!r}; it is never "
                               f"replaced: choose another {opt}")
+    if folder:
+        restore_previous(target)
     exists = os.path.lexists(target)
     if folder:
         if exists and not os.path.isdir(target):
@@ -234,6 +254,8 @@ def remove_stale(directory: str) -> list[str]:
         if not owner_gone(e.name):
             continue
         try:
+            if _restore_old(e):
+                continue
             if e.is_dir(follow_symlinks=False):
                 shutil.rmtree(e.path)
             else:
@@ -271,24 +293,331 @@ def make_staging(target: str, kind: str = "tmp", *, dataset: bool = False) -> st
     return tmp
 
 
-def replace_dir(staging: str, target: str, *, opt: str = "-o") -> None:
-    """Move the finished folder ``staging`` to ``target``. An existing ``target`` is replaced
-    only when the rule allows it (empty, or smerge's marker in it), checked again here."""
+def restore_previous(target: str) -> None:
+    """Put back the previous folder output ``target`` that a killed run had renamed aside (where
+    folders cannot be exchanged in one step) when no output took its place."""
+    if os.path.lexists(target):
+        return
+    prefix = f".{os.path.basename(target)}.smerge-old-"
+    try:
+        entries = [e for e in os.scandir(os.path.dirname(os.path.abspath(target))) if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for e in entries:
+        if owner_gone(e.name):
+            with contextlib.suppress(OSError):
+                if _restore_old(e):
+                    return
+
+
+def _restore_old(entry: os.DirEntry) -> bool:
+    """A previous output renamed aside (``.<name>.smerge-old-...``) by a run killed before its new
+    output took the name: put it back under ``<name>`` (True). When ``<name>`` exists the new
+    output is complete and the old copy is only swept (False)."""
+    m = _TEMP_RE.search(entry.name)
+    if not m or ".smerge-old-" not in entry.name or not entry.is_dir(follow_symlinks=False):
+        return False
+    target = os.path.join(os.path.dirname(entry.path), entry.name[1:m.start()])
+    if os.path.lexists(target):
+        return False
+    try:
+        _rename_noreplace(entry.path, target, folder=True)
+    except OSError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------------------------
+# Putting an output in place: atomic claims and exchanges (Linux renameat2, with fallbacks)
+
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+_AT_FDCWD = -100
+_SYS_RENAMEAT2 = {"x86_64": 316, "amd64": 316, "aarch64": 276, "arm64": 276, "riscv64": 276, "i386": 353,
+                  "i686": 353, "armv7l": 382, "ppc64le": 357, "ppc64": 357, "s390x": 347}
+_UNSUPPORTED = {errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM}
+
+
+@lru_cache(maxsize=1)
+def _renameat2_fn():
+    """A callable (src bytes, dst bytes, flags) -> int (0, or -1 with errno set), or None."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    fn = getattr(libc, "renameat2", None)  # glibc >= 2.28
+    if fn is not None:
+        fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        fn.restype = ctypes.c_int
+        return lambda a, b, flags: fn(_AT_FDCWD, a, _AT_FDCWD, b, flags)
+    nr = _SYS_RENAMEAT2.get(platform.machine().lower())
+    sysc = getattr(libc, "syscall", None)
+    if nr is None or sysc is None:
+        return None
+    sysc.restype = ctypes.c_long
+    return lambda a, b, flags: sysc(ctypes.c_long(nr), ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(a),
+                                    ctypes.c_int(_AT_FDCWD), ctypes.c_char_p(b), ctypes.c_uint(flags))
+
+
+def renameat2(src: str, dst: str, flags: int) -> bool:
+    """``renameat2(src, dst, flags)``: True when done; False when this kernel, C library or
+    filesystem does not support it (``ENOSYS``, ``EINVAL``, ...); other failures raise ``OSError``
+    (``FileExistsError`` for ``RENAME_NOREPLACE`` onto an existing name)."""
+    fn = _renameat2_fn()
+    if fn is None:
+        return False
+    if fn(os.fsencode(src), os.fsencode(dst), flags) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in _UNSUPPORTED:
+        return False
+    raise OSError(err, os.strerror(err), src, None, dst)
+
+
+def _rename_noreplace(src: str, dst: str, *, folder: bool) -> None:
+    """Rename ``src`` to ``dst`` unless ``dst`` exists (``FileExistsError``), atomically:
+    ``RENAME_NOREPLACE``, else a hard link then unlink (files; ``EEXIST`` when taken), else an
+    exclusive placeholder (``O_EXCL`` file or ``mkdir``) renamed over."""
+    if renameat2(src, dst, RENAME_NOREPLACE):
+        return
+    if not folder:
+        try:
+            os.link(src, dst, follow_symlinks=False)
+        except FileExistsError:
+            raise
+        except OSError as e:
+            if e.errno not in _UNSUPPORTED | {errno.EMLINK}:
+                raise
+        else:
+            os.unlink(src)
+            return
+        os.close(os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))  # the name is ours from here
+        os.replace(src, dst)
+        return
+    os.mkdir(dst, 0o700)  # the name is ours; renaming a folder over an empty folder is atomic
+    try:
+        os.rename(src, dst)
+    except OSError as e:
+        if e.errno in (errno.ENOTEMPTY, errno.EEXIST):  # someone wrote into our placeholder
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst) from None
+        os.rmdir(dst)
+        raise
+
+
+def _taken(label: str, path: str, opt: str) -> OutputError:
+    return OutputError(f"{label} {path!r} was created by another run or program while this one was writing; it "
+                       f"is kept and nothing was written: pass --overwrite to replace it or choose another {opt}")
+
+
+def _label(opt: str) -> str:
+    return "output" if opt == "-o" else opt
+
+
+def claim_file(tmp: str, target: str, *, overwrite: bool, opt: str = "-o") -> None:
+    """Move the finished temporary file ``tmp`` to ``target``. Without ``overwrite`` the name is
+    claimed atomically: when ``target`` exists by now (another run won the race, or a file was
+    created there during the run) ``tmp`` is removed and ``OutputError`` raised. With
+    ``overwrite`` one rename replaces a file (never a folder)."""
+    try:
+        if overwrite:
+            if os.path.isdir(target) and not os.path.islink(target):
+                raise OutputError(f"{_label(opt)} {target!r} is a directory by now; name a file")
+            os.replace(tmp, target)
+            return
+        try:
+            _rename_noreplace(tmp, target, folder=False)
+        except FileExistsError:
+            raise _taken(_label(opt), target, opt) from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def replace_dir(staging: str, target: str, *, overwrite: bool, opt: str = "-o") -> None:
+    """Move the finished folder ``staging`` to ``target`` (see the module doc). Without
+    ``overwrite`` the name is claimed atomically (an empty folder there counts as absent);
+    losing it raises ``OutputError``. With ``overwrite`` an existing ``target`` is replaced
+    only when the rule allows it (empty, or smerge's marker in it), checked again here, by
+    one exchange of the two folders; the old one is then removed. When this raises, ``staging``
+    is left to the caller to remove."""
     target = target.rstrip("/" + os.sep) or target
-    old = None
-    if os.path.islink(target):
-        os.unlink(target)  # the link goes, never what it points to
-    elif os.path.lexists(target):
-        if not os.path.isdir(target):
-            raise OutputError(f"output {target!r} is a file, not a dataset directory; choose another {opt}")
-        _refuse_existing_dir(target, opt)
-        old = temp_name(target, "old")
+    label = _label(opt)
+    for _ in range(3):  # the folder may come and go while we look at it
+        if os.path.islink(target):
+            if not overwrite:
+                raise _taken(label, target, opt)
+            os.unlink(target)  # the link goes, never what it points to
+        if os.path.lexists(target):
+            if not os.path.isdir(target):
+                raise OutputError(f"{label} {target!r} is a file, not a dataset directory; choose another {opt}")
+            if _is_empty_dir(target):
+                try:
+                    os.rename(staging, target)  # atomic over an empty folder; fails once it holds anything
+                    return
+                except OSError as e:
+                    if e.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT):
+                        raise
+                    if not overwrite:
+                        raise _taken(label, target, opt) from None
+                    continue
+            if not overwrite:
+                raise _taken(label, target, opt)
+            _refuse_existing_dir(target, opt)
+            if _exchange_dirs(staging, target, opt):
+                return
+            continue
+        try:
+            _rename_noreplace(staging, target, folder=True)
+            return
+        except FileExistsError:
+            if not overwrite and not _is_empty_dir(target):
+                raise _taken(label, target, opt) from None
+    raise OutputError(f"{label} {target!r} keeps changing while this run puts its output in place; "
+                      f"nothing was written: try again or choose another {opt}")
+
+
+def _exchange_dirs(staging: str, target: str, opt: str) -> bool:
+    """Replace the folder ``target`` by ``staging``; False when ``target`` vanished meanwhile."""
+    try:
+        swapped = renameat2(staging, target, RENAME_EXCHANGE)
+    except FileNotFoundError:
+        return False
+    if swapped:  # staging's name now holds the old folder: it must be one the rule lets go
+        if not (_is_empty_dir(staging) or is_marked(staging)):
+            renameat2(staging, target, RENAME_EXCHANGE)  # someone swapped a foreign folder in: give it back
+            _refuse_existing_dir(target, opt)
+        shutil.rmtree(staging, ignore_errors=True)
+        return True
+    # No exchange here: rename the old folder aside, then the new one in. A run killed between
+    # the two has the old folder restored by the next run's sweep (``remove_stale``).
+    old = temp_name(target, "old")
+    try:
         os.rename(target, old)
-    os.rename(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    except FileNotFoundError:
+        return False
+    if not (_is_empty_dir(old) or is_marked(old)):
+        os.rename(old, target)
+        _refuse_existing_dir(target, opt)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _rename_noreplace(old, target, folder=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return True
+
+
+def retract(target: str, ident: tuple[int, int] | None) -> None:
+    """Undo a claim of this run (a later output of the run lost its race): remove ``target``
+    when it is still the file or folder this run put there (``ident``: its device and inode)."""
+    if ident is None:
+        return
+    try:
+        st = os.lstat(target)
+    except OSError:
+        return
+    if (st.st_dev, st.st_ino) != ident:
+        return
+    if os.path.isdir(target) and not os.path.islink(target):
+        shutil.rmtree(target, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+
+
+def identity(path: str) -> tuple[int, int] | None:
+    """(device, inode) of ``path``, or None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+# --------------------------------------------------------------------------------------------
+# A full disk, a quota, the file size limit
+
+_SPACE_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded",
+                 errno.EFBIG: "file too large (over the file size limit, `ulimit -f`, or the filesystem's largest file)"}
+_ERRNO_IN_TEXT = re.compile(r"\[errno (\d+)\]", re.IGNORECASE)
+FULL_BELOW = 4 << 20  # a disk with less free space than this (bytes) is full for a writer that lost the errno
+
+
+def _errno_of(e: BaseException) -> int | None:
+    if isinstance(e, OSError) and e.errno:
+        return e.errno
+    m = _ERRNO_IN_TEXT.search(str(e))  # pyarrow and others put it in the text
+    return int(m.group(1)) if m else None
+
+
+def _largest_file(path: str) -> int:
+    try:
+        if os.path.isdir(path):
+            return max((e.stat(follow_symlinks=False).st_size for e in os.scandir(path) if e.is_file()), default=0)
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def space_errno(e: BaseException, where: str) -> int | None:
+    """``ENOSPC``, ``EDQUOT`` or ``EFBIG`` when ``e`` is a write failure of a full disk, an exceeded
+    quota or the file size limit, else None. An error without an errno (HDF5, libspatialindex)
+    counts when the filesystem holding ``where`` (a file or folder being written) has less than
+    ``FULL_BELOW`` bytes or no inode left (``ENOSPC``), or a file there has reached the
+    process's file size limit (``EFBIG``)."""
+    if isinstance(e, (SmergeError, MemoryError)):
+        return None
+    err = _errno_of(e)
+    if err is not None:
+        return err if err in _SPACE_ERRNOS else None
+    probe = where if os.path.exists(where) else os.path.dirname(os.path.abspath(where))
+    try:
+        st = os.statvfs(probe)
+        if st.f_bavail * st.f_frsize < FULL_BELOW or (st.f_files and st.f_favail == 0):
+            return errno.ENOSPC
+    except OSError:
+        pass
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft != resource.RLIM_INFINITY and _largest_file(where) + FULL_BELOW >= soft:
+        return errno.EFBIG
+    return None
+
+
+def space_cause(e: BaseException, where: str) -> str | None:
+    """The words for ``space_errno(e, where)`` ("no space left on device", ...), or None."""
+    err = space_errno(e, where)
+    return None if err is None else _SPACE_ERRNOS[err]
+
+
+def write_error(e: BaseException, path: str, *, where: str | None = None, opt: str = "-o") -> OutputError | None:
+    """The one-line ``OutputError`` for a write of ``path`` that failed on a full disk, a quota or
+    the file size limit (``space_cause``; ``where``: the temporary file or folder written), or None."""
+    cause = space_cause(e, where or path)
+    if cause is None:
+        return None
+    return OutputError(f"{_label(opt)} {path!r}: {cause}; nothing was written (the partial output is removed): "
+                       f"free some space or choose another {opt}")
+
+
+@contextlib.contextmanager
+def space_errors(path: str, *, where: str | None = None, opt: str = "-o", cleanup=None):
+    """Turn a write failure of a full disk, quota or file size limit inside the block into
+    ``write_error``'s ``OutputError`` (after ``cleanup()``, when given); others pass unchanged."""
+    try:
+        yield
+    except Exception as e:
+        err = write_error(e, path, where=where, opt=opt)
+        if err is None:
+            raise
+        if cleanup is not None:
+            with contextlib.suppress(Exception):
+                cleanup()
+        raise err from None
 
 
 __all__ = ["MARKER", "check_target", "check_parent", "check_distinct", "is_marked", "mark_dataset", "temp_name",
            "owner_gone", "owner_pid_gone", "remove_stale", "make_temp_file", "make_staging", "replace_dir", "local_real",
-           "host_tag"]
+           "host_tag", "restore_previous", "renameat2", "claim_file", "retract", "identity", "space_errno", "space_cause", "write_error", "space_errors"]

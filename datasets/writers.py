@@ -1,9 +1,12 @@
 """Writers: Parquet (default), CSV, Arrow IPC and netCDF; every write is atomic.
 
-A writer writes to a hidden temporary file beside the target and renames it over the target
-only on ``commit()``; ``abort()`` (or an exception inside ``with``) removes it, so a failed run
+A writer writes to a hidden temporary file beside the target and puts it in place only on
+``commit()``; ``abort()`` (or an exception inside ``with``) removes it, so a failed run
 leaves no half-written output. What may be replaced, temporary names and modes follow the one
-rule in ``smerge.datasets.outputs`` (a dataset folder carries its ``MARKER``).
+rule in ``smerge.datasets.outputs`` (a dataset folder carries its ``MARKER``): without
+``overwrite`` the name is claimed atomically at the commit (a run that lost the race for it, or
+finds a file created there meanwhile, fails with nothing written); a full disk, quota or file
+size limit is an ``OutputError`` naming the cause, with the partial output removed.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from smerge.datasets.outputs import MARKER, check_target, make_staging, make_temp_file, replace_dir  # noqa: F401
-from smerge.errors import UsageError
+from smerge.datasets.outputs import (MARKER, check_target, claim_file, identity, make_staging,  # noqa: F401
+                                     make_temp_file, replace_dir, retract, space_errors)
+from smerge.errors import OutputError, UsageError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
            ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf"}
@@ -54,32 +58,60 @@ def check_output_path(path: str, *, overwrite: bool, fmt: str | None = None, inp
     check_target(path, overwrite=overwrite, folder=is_dataset_path(path, fmt), inputs=inputs, opt=opt)
 
 
+def check_csv_schema(schema: pa.Schema, path: str, *, opt: str = "-o") -> None:
+    """CSV holds flat values only: refuse (``OutputError``, before anything is written) a column of
+    nested values (struct, list, map, union), naming it and the formats that keep it."""
+    for f in schema:
+        if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type) and pa.types.is_nested(f.type.value_type):
+            raise OutputError(f"{opt} {path!r}: CSV cannot hold column {f.name!r} of nested values ({f.type}); write "
+                              "Parquet (.parquet) or Arrow IPC (.arrow), or leave the column out")
+
+
 class Output:
     """An atomic output file. Use as a context manager, or call ``commit()``/``abort()``."""
 
     def __init__(self, path: str, schema: pa.Schema, fmt: str, *, overwrite: bool = False, **options: Any):
         check_output_path(path, overwrite=overwrite, fmt=fmt)
-        self.path, self.schema, self.format = path, schema, fmt
+        if fmt == "csv":
+            check_csv_schema(schema, path)
+        self.path, self.schema, self.format, self.overwrite = path, schema, fmt, overwrite
         self.tmp = make_temp_file(path)  # owner-tagged, 0666 minus the umask
         self.rows = 0
         self._done = False
+        self._claimed = None  # (device, inode) of what the commit put at ``path``
         try:
-            self._w = _make_writer(self.tmp, schema, fmt, **options)
+            with space_errors(self.path, where=self.tmp):
+                self._w = _make_writer(self.tmp, schema, fmt, **options)
         except BaseException:
-            os.unlink(self.tmp)
+            self._discard()
             raise
 
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows:
-            self._w.write(batch)
+            with space_errors(self.path, where=self.tmp, cleanup=self.abort):
+                self._w.write(batch)
             self.rows += batch.num_rows
 
     def commit(self) -> None:
         if self._done:
             return
-        self._w.close()
-        self._publish()
+        try:
+            with space_errors(self.path, where=self.tmp):
+                self._w.close()
+                self._publish()
+        except BaseException:
+            self._done = True
+            self._discard()
+            raise
         self._done = True
+        if not self.overwrite:
+            self._claimed = identity(self.path)
+
+    def retract(self) -> None:
+        """Remove the committed output again when it is a new name this run claimed (a later
+        output of the run failed to commit); a replaced output cannot be given back."""
+        retract(self.path, self._claimed)
+        self._claimed = None
 
     def abort(self) -> None:
         if self._done:
@@ -92,11 +124,11 @@ class Output:
         self._discard()
 
     def _publish(self) -> None:
-        """Move the finished temporary output into place."""
-        os.replace(self.tmp, self.path)
+        """Move the finished temporary output into place (``claim_file``)."""
+        claim_file(self.tmp, self.path, overwrite=self.overwrite)
 
     def _discard(self) -> None:
-        if os.path.exists(self.tmp):
+        if os.path.lexists(self.tmp):
             os.unlink(self.tmp)
 
     def __enter__(self) -> "Output":
@@ -118,18 +150,20 @@ class DatasetOutput(Output):
         import shutil
 
         check_output_path(path, overwrite=overwrite, fmt=DATASET_FORMAT)
-        self.path, self.schema, self.format = path.rstrip("/" + os.sep), schema, fmt
+        self.path, self.schema, self.format, self.overwrite = path.rstrip("/" + os.sep), schema, fmt, overwrite
         self.tmp = make_staging(self.path, "tmp", dataset=True)  # marker first; 0777 minus the umask
         self.rows = 0
         self._done = False
+        self._claimed = None
         try:
-            self._w = _ParquetWriter(os.path.join(self.tmp, "part-00000.parquet"), schema)
+            with space_errors(self.path, where=self.tmp):
+                self._w = _ParquetWriter(os.path.join(self.tmp, "part-00000.parquet"), schema)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
 
     def _publish(self) -> None:
-        replace_dir(self.tmp, self.path)
+        replace_dir(self.tmp, self.path, overwrite=self.overwrite)
 
     def _discard(self) -> None:
         import shutil

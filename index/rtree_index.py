@@ -641,18 +641,20 @@ def build_index(src, directory: str, *, name: str | None = None, nan_keys: str =
     """Build and persist an index of ``src`` (an InputSource) under ``directory`` (atomically)."""
     import shutil
 
-    from smerge.datasets.outputs import check_target, make_staging, replace_dir
+    from smerge.datasets.outputs import check_target, make_staging, replace_dir, space_errors
 
-    # the output rule of smerge.datasets.outputs: a marked staging folder, renamed into place
+    # the output rule of smerge.datasets.outputs: a marked staging folder, put in place atomically;
+    # a full disk is one line (libspatialindex reports it as a "Corrupted data file")
     check_target(directory, overwrite=overwrite, folder=True, inputs=[src.path])
     directory = os.path.abspath(directory)
     tmp = make_staging(directory, "index", dataset=True)
     try:
-        idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, directory=tmp)
-        idx.tree.close()
-        idx.tree = None
-        idx.save(tmp)
-        replace_dir(tmp, directory)
+        with space_errors(directory, where=tmp):
+            idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, directory=tmp)
+            idx.tree.close()
+            idx.tree = None
+            idx.save(tmp)
+            replace_dir(tmp, directory, overwrite=overwrite)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

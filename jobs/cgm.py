@@ -127,7 +127,7 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
     if prep.job.stats:
-        write_stats(prep.job.stats, result)
+        write_stats(prep.job.stats, result, overwrite=prep.job.overwrite)
     return result
 
 

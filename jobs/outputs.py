@@ -12,7 +12,7 @@ import time
 import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_output
-from smerge.datasets.outputs import check_distinct, check_target, make_temp_file
+from smerge.datasets.outputs import check_distinct, check_target, claim_file, make_temp_file, space_errors
 from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import UsageError
 from smerge.jobs.inputs import PreparedMerge
@@ -90,11 +90,20 @@ def open_outputs(prep: PreparedMerge):
 
 
 def commit_outputs(outputs) -> float:
-    """Commit every atomic output (rename into place); returns the seconds it took."""
+    """Commit every atomic output (put in place); returns the seconds it took. When one fails
+    (its name was taken meanwhile, a full disk) the names this run claimed before it are removed
+    again: the run leaves nothing written."""
     t = time.perf_counter()
-    for w in outputs:
-        if w is not None:
-            w.commit()
+    done = []
+    try:
+        for w in outputs:
+            if w is not None:
+                w.commit()
+                done.append(w)
+    except BaseException:
+        for w in done:
+            w.retract()
+        raise
     return time.perf_counter() - t
 
 
@@ -117,14 +126,16 @@ def committed(outputs):
         raise
 
 
-def write_stats(path: str, stats: dict) -> None:
-    """Write the statistics JSON atomically (owner-tagged temporary file, umask modes)."""
+def write_stats(path: str, stats: dict, *, overwrite: bool = True, opt: str = "--stats") -> None:
+    """Write the statistics JSON atomically (owner-tagged temporary file, umask modes); without
+    ``overwrite`` its name is claimed atomically (``smerge.datasets.outputs.claim_file``)."""
     tmp = make_temp_file(path)
     try:
-        with open(tmp, "w") as f:
-            json.dump(stats, f, indent=2, sort_keys=False, default=float)
-            f.write("\n")
-        os.replace(tmp, path)
+        with space_errors(path, where=tmp, opt=opt):
+            with open(tmp, "w") as f:
+                json.dump(stats, f, indent=2, sort_keys=False, default=float)
+                f.write("\n")
+            claim_file(tmp, path, overwrite=overwrite, opt=opt)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)

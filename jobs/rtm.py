@@ -279,7 +279,7 @@ def rtm_result(prep: PreparedMerge, stats: MergeStats, *, embedded: bool, read_h
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
     if job.stats:
-        write_stats(job.stats, result)
+        write_stats(job.stats, result, overwrite=job.overwrite)
     return result
 
 

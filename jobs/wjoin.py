@@ -193,7 +193,7 @@ def run_local(prep: PreparedWJoin, *, progress: Callable | None = None, prefetch
         },
     })
     if prep.job.stats:
-        write_stats(prep.job.stats, result)
+        write_stats(prep.job.stats, result, overwrite=prep.job.overwrite)
     return result
 
 

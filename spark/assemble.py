@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.outputs import mark_dataset, replace_dir
+from smerge.datasets.outputs import claim_file, identity, mark_dataset, replace_dir, retract, space_errors
 from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import OutputError
 from smerge.jobs.inputs import PreparedMerge
@@ -178,26 +178,43 @@ def finish_parquet(prep: PreparedMerge, plan: MergePlan, results: list[dict], se
         targets += [("ua", prep.unmatched_paths[0], plan.una_schema), ("ub", prep.unmatched_paths[1], plan.unb_schema)]
     ready: list[tuple[str, str, bool]] = []  # (finished path, target, is a directory)
     try:
-        for kind, target, schema in targets:
-            if kind == "pairs" and prep.output_format == DATASET_FORMAT:
-                folder = os.path.join(plan.staging, kind)
-                for name in os.listdir(folder):  # leftovers of failed task attempts
-                    if not name.endswith(".parquet"):
-                        os.unlink(os.path.join(folder, name))
-                mark_dataset(folder)  # this folder becomes the dataset: smerge's marker in it
-                ready.append((folder, target, True))
-                continue
-            ready.append((joiner.finish(kind, schema), target, False))
+        with space_errors(prep.output, where=plan.staging):
+            _finish_targets(plan, prep, targets, joiner, ready)
     except ParquetConcatError as e:
         raise OutputError(f"cannot join the Parquet parts of {prep.output!r} ({e})") from None
     finally:
         if joiner is not None:
             joiner.close()
-    for src, target, is_dir in ready:
-        if is_dir:
-            replace_dir(src, target)  # checks the replace rule again (marker or empty)
-        else:
-            os.replace(src, target)
+    # Put every output in place; without --overwrite each name is claimed atomically, and when
+    # one is lost (another run, a file created meanwhile) those claimed before it are removed.
+    overwrite, claimed = prep.job.overwrite, []
+    try:
+        for src, target, is_dir in ready:
+            with space_errors(target, where=src):
+                if is_dir:
+                    replace_dir(src, target, overwrite=overwrite)  # checks the replace rule again
+                else:
+                    claim_file(src, target, overwrite=overwrite)
+            if not overwrite:
+                claimed.append((target, identity(target)))
+    except BaseException:
+        for target, ident in claimed:
+            retract(target, ident)
+        raise
+
+
+def _finish_targets(plan: MergePlan, prep: PreparedMerge, targets: list, joiner, ready: list) -> None:
+    """The finished file or folder of each output (in the staging folder), appended to ``ready``."""
+    for kind, target, schema in targets:
+        if kind == "pairs" and prep.output_format == DATASET_FORMAT:
+            folder = os.path.join(plan.staging, kind)
+            for name in os.listdir(folder):  # leftovers of failed task attempts
+                if not name.endswith(".parquet"):
+                    os.unlink(os.path.join(folder, name))
+            mark_dataset(folder)  # this folder becomes the dataset: smerge's marker in it
+            ready.append((folder, target, True))
+            continue
+        ready.append((joiner.finish(kind, schema), target, False))
 
 
 __all__ = ["assemble_outputs", "finish_parquet", "start_join", "PartJoiner"]

@@ -263,7 +263,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
     result = stats.as_dict()
     result["params"] = dict(result["params"], with_ids=prep.write_ids, output_format=prep.output_format)
     if job.stats:
-        write_stats(job.stats, result)
+        write_stats(job.stats, result, overwrite=job.overwrite)
     return result
 
 

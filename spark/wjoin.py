@@ -212,7 +212,7 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
         },
     })
     if job.stats:
-        write_stats(job.stats, result)
+        write_stats(job.stats, result, overwrite=job.overwrite)
     return result
 
 

@@ -126,12 +126,12 @@ def test_parent_that_is_a_file_is_named(tmp_path):
 def test_replace_dir_checks_the_rule_again_at_the_rename(tmp_path, foreign):
     staging = make_staging(str(foreign), "tmp", dataset=True)
     with pytest.raises(OutputError, match="smerge did not write"):
-        replace_dir(staging, str(foreign))
+        replace_dir(staging, str(foreign), overwrite=True)
     assert (foreign / "thesis.tex").read_text() == "years of work"
     # a symlink in the way is removed, never what it points to
     link = tmp_path / "link"
     link.symlink_to(foreign)
-    replace_dir(staging, str(link))
+    replace_dir(staging, str(link), overwrite=True)
     assert (link / MARKER).is_file() and not link.is_symlink()
     assert (foreign / "thesis.tex").read_text() == "years of work"
 
