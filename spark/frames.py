@@ -99,6 +99,10 @@ class FrameSource(InputSource):
 def _spark_error(path: str, e: Exception) -> InputError:
     first = (str(e).splitlines() or [type(e).__name__])[0]
     first = re.sub(r"\s*SQLSTATE:.*$", "", first)
+    if "TIMESTAMP(NANOS" in first:
+        return InputError(f"{path}: Spark's Parquet reader has no nanosecond timestamps ({first}); write the "
+                          "times in microseconds (pandas: to_parquet(..., coerce_timestamps='us')), or give a "
+                          "local path and let smerge's own reader read it (without --conf smerge.reader=spark)")
     return InputError(f"{path}: Spark cannot read it ({first}); check the URL and that the cluster can reach it")
 
 

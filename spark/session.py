@@ -110,6 +110,9 @@ def session_settings(master: str | None, conf: dict[str, str] | None, *, verbose
         "spark.ui.showConsoleProgress": "false",
         "spark.pyspark.python": python,
         "spark.executorEnv.PYSPARK_PYTHON": python,
+        # Times without a zone are UTC (as smerge's own readers take them): Spark's CSV reader
+        # would otherwise read "2000-01-01T06:00" in the JVM's local zone.
+        "spark.sql.session.timeZone": "UTC",
     }
     if os.name == "posix":
         # The JVM talks to its Python workers over a Unix socket instead of TCP on loopback:
