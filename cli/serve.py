@@ -42,10 +42,15 @@ def serve(
     """Serve B's records and R-tree index over Arrow Flight until SIGTERM or Ctrl-C."""
 
     def body() -> int:
+        import warnings
+
         from smerge.datasets import open_input
-        from smerge.errors import UsageError
+        from smerge.errors import OutputError, UsageError
         from smerge.index import BIndex
-        from smerge.transport.flight_server import SHUTDOWN_GRACE, IndexServer, read_token_file
+        from smerge.transport.flight_server import (SHUTDOWN_GRACE, IndexServer, read_token_file,
+                                                    token_file_exposure)
+
+        warnings.simplefilter("ignore")  # a server's stderr is its log: no Python warnings with source paths
 
         if (b is None) == (index is None):
             raise UsageError("give either B or --index DIR")
@@ -57,6 +62,9 @@ def serve(
         if wants_summary and not (summarize and time_col and lifetime):
             raise UsageError("a summarised stream needs --summarize COL, --time COL and --lifetime DUR")
         token = read_token_file(token_file) if token_file else None
+        exposed = token_file_exposure(token_file, host) if token_file else None
+        if exposed:
+            typer.echo(exposed, err=True)
         cert = key = None
         if tls_cert or tls_key:
             if not (tls_cert and tls_key):
@@ -100,11 +108,17 @@ def serve(
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+        try:
+            typer.echo(f"{server.url}/{idx.name}", err=False)
+            sys.stdout.flush()
+        except OSError as e:  # e.g. standard output on a full disk
+            server.shutdown(grace=0)
+            sys.stdout = open(os.devnull, "w")  # what could not be written is not tried again at exit
+            raise OutputError(f"cannot write the server's URL to standard output ({e.strerror or e}); "
+                              "free space there or redirect it elsewhere") from None
         typer.echo(f"smerge serve: {idx.name} ({idx.num_rows:,} records, keys {','.join(idx.keys)}) at "
                    f"{server.url}/{idx.name}" + (" (token required)" if token else "")
                    + (f"; summarised on {summarize} (smerge count)" if summaries else ""), err=True)
-        typer.echo(f"{server.url}/{idx.name}", err=False)
-        sys.stdout.flush()
         while not stop.wait(0.5):  # the main thread stays in Python so that signals are handled
             pass
         dropped = server.shutdown(grace=SHUTDOWN_GRACE)

@@ -24,7 +24,7 @@ import pyarrow.flight as flight  # noqa: E402
 
 from smerge.errors import InputError, UsageError
 from smerge.index import Box
-from smerge.transport.flight_protocol import INVALID_ARGUMENT, NEXT_TOKEN_KEY, Query
+from smerge.transport.flight_protocol import INVALID_ARGUMENT, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY, Query
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 4
@@ -57,6 +57,9 @@ class IndexClient:
                  tls_root_certs: bytes | None = None, timeout: float = DEFAULT_TIMEOUT,
                  retries: int = DEFAULT_RETRIES):
         self.location, name = split_url(url)
+        if token is not None and len(token) > MAX_TOKEN_CHARS:
+            raise UsageError(f"{url}: the token has {len(token):,} characters; a server takes at most "
+                             f"{MAX_TOKEN_CHARS:,}")
         self.url = url
         self.dataset = dataset if dataset is not None else name
         kw = {}

@@ -24,6 +24,7 @@ MAX_DIMS = 8
 MAX_BOXES = 2
 MAX_COLUMNS = 1024
 MAX_NAME_CHARS = 256  # a dataset or column name
+MAX_TOKEN_CHARS = 4096  # a bearer token travels in every request's headers (the gate allows 256 KiB)
 MAX_LISTED = 5  # names repeated in an error message
 OPS = {"range": 1, "symdiff": 2, "stream": 0, "summary": 0}
 WHOLE_STREAM_OPS = ("stream", "summary")
@@ -141,6 +142,9 @@ def parse_query(raw: bytes, *, max_page: int = MAX_PAGE_ROWS) -> Query:
     if columns is not None and op == "summary":
         raise BadRequest("op 'summary' sends the item and time columns the server summarises; remove \"columns\"")
     if columns is not None:
+        if isinstance(columns, list) and not columns:
+            raise BadRequest("columns is an empty list; name at least one column, or leave \"columns\" out "
+                             "for all of them")
         if (not isinstance(columns, list) or len(columns) > MAX_COLUMNS
                 or not all(isinstance(c, str) and len(c) <= MAX_NAME_CHARS for c in columns)):
             raise BadRequest(f"columns must be a list of at most {MAX_COLUMNS} column names")

@@ -31,10 +31,12 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import socket
 import ssl
+import stat
 import tempfile
 import threading
 import time
@@ -45,11 +47,11 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never re
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from smerge.errors import SmergeError, UsageError
+from smerge.errors import OutputError, SmergeError, UsageError
 from smerge.index import BIndex, Box
 from smerge.transport.flight_gate import Gate
-from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest,
-                                              parse_query)
+from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY,
+                                              BadRequest, parse_query)
 
 if TYPE_CHECKING:
     from smerge.transport.summary import SummaryParams
@@ -63,6 +65,7 @@ MAX_LARGE_PAGES = 4
 LARGE_PAGE_WAIT = 30.0  # seconds a large page waits for a slot before UNAVAILABLE (clients retry)
 SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get at shutdown before their connections are dropped
 MAX_ERROR_CHARS = 300
+MAX_TOKEN_FILE_BYTES = MAX_TOKEN_CHARS + 256  # the token and white space around it
 log = logging.getLogger("smerge.serve")
 
 
@@ -111,9 +114,13 @@ def is_loopback(host: str) -> bool:
 
 
 def check_token(token: str, where: str = "the token") -> str:
-    """A bearer token must travel in an HTTP header: printable ASCII, no spaces, >= 8 characters."""
+    """A bearer token must travel in an HTTP header: printable ASCII, no spaces, 8 to
+    ``MAX_TOKEN_CHARS`` characters (a client's request headers must stay under the gate's limit)."""
     if len(token) < 8:
         raise UsageError(f"{where}: the token must be at least 8 characters")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise UsageError(f"{where}: the token has {len(token):,} characters; use at most {MAX_TOKEN_CHARS:,} "
+                         "(a client could not send a longer one)")
     bad = next((c for c in token if not 0x21 <= ord(c) <= 0x7E), None)
     if bad is not None:
         raise UsageError(f"{where}: the token has the character {bad!r}; use printable ASCII without spaces "
@@ -127,10 +134,14 @@ def _tls_context(cert: bytes, key: bytes, workdir: str) -> ssl.SSLContext:
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     ctx.set_alpn_protocols(["h2"])
     cert_path, key_path = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
-    for path, data in ((cert_path, cert), (key_path, key)):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+    try:
+        for path, data in ((cert_path, cert), (key_path, key)):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+    except OSError as e:
+        raise OutputError(f"TLS: cannot write the certificate into the server's folder {workdir} "
+                          f"({e.strerror or _one_line(e)}); free space there or set TMPDIR") from None
     try:
         try:
             ctx.load_cert_chain(cert_path, key_path)
@@ -151,6 +162,50 @@ def _tls_context(cert: bytes, key: bytes, workdir: str) -> ssl.SSLContext:
             except OSError:
                 pass
     return ctx
+
+
+WORKDIR_PREFIX = "smerge-serve-"
+MAX_UNIX_PATH = 107  # bytes of a Unix socket's path (sun_path holds 108 with the final NUL)
+_WORKDIR_RE = re.compile(r"^smerge-serve-(?P<host>[0-9a-f]{10})-(?P<pid>\d+)-[A-Za-z0-9_]+$")
+
+
+def _make_workdir() -> str:
+    """The server's private folder (mode 0700) in the temporary directory, named after its owner
+    (``smerge-serve-<host>-<pid>-<random>``, the owner tag of ``datasets.outputs``), after
+    removing the folders of servers that were killed (owner provably gone)."""
+    from smerge.datasets.outputs import host_tag
+
+    sweep_workdirs()
+    try:
+        return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{host_tag()}-{os.getpid()}-")
+    except OSError as e:
+        raise OutputError(f"cannot create the server's folder in {tempfile.gettempdir()} "
+                          f"({e.strerror or _one_line(e)}); free space there or set TMPDIR to another "
+                          "directory") from None
+
+
+def sweep_workdirs(directory: str | None = None) -> list[str]:
+    """Remove this user's server folders in ``directory`` (default: the temporary directory)
+    whose server provably no longer runs; returns their paths. Best effort."""
+    from smerge.datasets.outputs import owner_pid_gone
+
+    directory = directory or tempfile.gettempdir()
+    removed = []
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(WORKDIR_PREFIX)]
+    except OSError:
+        return removed
+    for e in entries:
+        m = _WORKDIR_RE.match(e.name)
+        try:
+            if (not m or not e.is_dir(follow_symlinks=False) or e.stat(follow_symlinks=False).st_uid != os.getuid()
+                    or not owner_pid_gone(m.group("host"), int(m.group("pid")))):
+                continue
+            shutil.rmtree(e.path)
+            removed.append(e.path)
+        except OSError:
+            pass
+    return removed
 
 
 def new_token() -> str:
@@ -212,11 +267,15 @@ class IndexServer(flight.FlightServerBase):
         self.max_page = int(max_page)
         self.max_response_bytes = int(max_response_bytes)
         self.tls = tls_cert is not None
-        self._workdir = tempfile.mkdtemp(prefix="smerge-serve-")  # 0700: only this user reaches the socket
+        self._workdir = _make_workdir()  # 0700: only this user reaches the socket
         self._gate: Gate | None = None
         try:
             ctx = _tls_context(tls_cert, tls_key, self._workdir) if self.tls else None
-            sock = os.path.join(self._workdir, "flight.sock")
+            sock = os.path.join(self._workdir, "sock")
+            if len(os.fsencode(sock)) > MAX_UNIX_PATH:
+                raise UsageError(f"the temporary directory {tempfile.gettempdir()} has too long a path for the "
+                                 f"server's Unix socket ({len(os.fsencode(sock))} bytes, at most {MAX_UNIX_PATH}); "
+                                 "set TMPDIR to a shorter directory")
             middleware = {"auth": _AuthFactory(token)}
             try:
                 super().__init__(flight.Location.for_grpc_unix(sock), middleware=middleware)
@@ -457,8 +516,26 @@ def _prepare_summaries(indexes: Mapping[str, BIndex], summaries: Mapping) -> dic
         table = indexes[name].table
         length = params.resolve(table.schema, name)
         cols = table.select([params.item, params.time])
+        _check_lifetime_count(cols.column(params.time), length, params.lifetime)
         out[name] = (params, length, cols.sort_by(params.time))  # Arrow's sort is stable
     return out
+
+
+MAX_LIFETIME_ID = 2**62  # lifetime numbers v = floor(t / L) are int64
+
+
+def _check_lifetime_count(times: pa.ChunkedArray, length: int | float, text) -> None:
+    """Every time's lifetime number must be an int64: a lifetime far shorter than the times'
+    magnitude (``--lifetime 1e-300`` on float times) is refused here, not found by numpy later."""
+    if not isinstance(length, float) or len(times) == 0:
+        return
+    import pyarrow.compute as pc
+
+    lo, hi = pc.min_max(times).values()
+    top = max(abs(lo.as_py() or 0.0), abs(hi.as_py() or 0.0))
+    if top / length >= MAX_LIFETIME_ID:
+        raise UsageError(f"--lifetime {text}: too short for times up to {top:g} (more than 2^62 lifetimes); give a "
+                         f"lifetime of at least {top / MAX_LIFETIME_ID:.3g} in the time column's unit")
 
 
 def _with_metadata(messages):
@@ -482,12 +559,35 @@ def _release_after(table: pa.Table, slot: threading.BoundedSemaphore):
         slot.release()
 
 
-def read_token_file(path: str) -> str:
+def read_token_file(path: str, what: str = "--token-file") -> str:
+    """The token in ``path`` (surrounding white space removed). At most ``MAX_TOKEN_FILE_BYTES``
+    are read: a longer file is refused, never read whole."""
     try:
-        with open(path) as f:
-            token = f.read().strip()
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TOKEN_FILE_BYTES + 1)
     except OSError as e:
-        raise UsageError(f"--token-file {path}: cannot be read ({e.strerror})") from None
+        raise UsageError(f"{what} {path}: cannot be read ({e.strerror})") from None
+    if len(raw) > MAX_TOKEN_FILE_BYTES:
+        raise UsageError(f"{what} {path}: longer than {MAX_TOKEN_FILE_BYTES:,} bytes; a token is at most "
+                         f"{MAX_TOKEN_CHARS:,} characters")
+    try:
+        token = raw.decode("utf-8").strip()
     except UnicodeDecodeError:
-        raise UsageError(f"--token-file {path}: not text; the token must be printable ASCII") from None
-    return check_token(token, f"--token-file {path}")
+        raise UsageError(f"{what} {path}: not text; the token must be printable ASCII") from None
+    return check_token(token, f"{what} {path}")
+
+
+def token_file_exposure(path: str, host: str) -> str | None:
+    """The rule for a token file every user of this machine may read: refused (``UsageError``)
+    when serving beyond loopback, else a one-line warning to print (None: the file is private)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if not mode & stat.S_IROTH:
+        return None
+    if not is_loopback(host):
+        raise UsageError(f"--token-file {path} is readable by every user of this machine and --host {host} "
+                         f"is not a loopback address; run chmod 600 {path}")
+    return (f"smerge serve: warning: --token-file {path} is readable by every user of this machine; "
+            f"run chmod 600 {path}")

@@ -66,6 +66,7 @@ def _server_text(e: BaseException) -> str:
 
 def _serve(args, tmp_path, **kw) -> tuple[subprocess.Popen, str]:
     (tmp_path / "tok").write_text(TOKEN + "\n")
+    os.chmod(tmp_path / "tok", 0o600)
     p = subprocess.Popen(SMERGE + ["serve", *args, "--port", "0", "--token-file", str(tmp_path / "tok")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap_memory, **kw)
     url = p.stdout.readline().strip()
@@ -445,6 +446,7 @@ def test_port_in_use_and_unknown_host_are_one_line(served, tmp_path):
     b = tmp_path / "b.parquet"
     pq.write_table(pa.table({"k": [1.0, 2.0]}), b)
     (tmp_path / "tok").write_text(TOKEN)
+    os.chmod(tmp_path / "tok", 0o600)
     _one_line_exit_2(_cli(["serve", str(b), "--keys", "k", "--port", str(served.port)]), "choose another --port")
     _one_line_exit_2(_cli(["serve", str(b), "--keys", "k", "--port", "0", "--host", "no-such-host.invalid",
                            "--token-file", str(tmp_path / "tok")]), "unknown host")

@@ -1,0 +1,269 @@
+"""Reliability round 2: the index server and its clients attacked from outside.
+
+Idle connections, clients stopped by SIGTERM while a call is in flight, token files, leftover
+server folders, numeric options, empty column lists, a full disk. Every server listens on a
+loopback address; subprocesses run with a capped address space; counts and waits are bounded."""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as flight
+import pyarrow.parquet as pq
+import pytest
+
+from smerge.errors import OutputError, UsageError
+from smerge.index import BIndex
+from smerge.transport import flight_gate, flight_server
+from smerge.transport.flight_client import IndexClient
+from smerge.transport.flight_server import IndexServer
+
+TOKEN = "hardening2-token-0123456789"
+SMERGE = [sys.executable, "-m", "smerge"]
+ADDRESS_SPACE = 4 << 30
+
+
+def _cap_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
+
+
+def _cli(args, **kw):
+    kw.setdefault("capture_output", True)
+    return subprocess.run(SMERGE + args, text=True, timeout=60, preexec_fn=_cap_memory, **kw)
+
+
+def _one_line_exit_2(r, *msgs):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and all(m in lines[0] for m in msgs), r.stderr
+    assert "Traceback" not in r.stderr and "Warning" not in r.stderr
+
+
+class _Result:
+    def __init__(self, returncode, stderr):
+        self.returncode, self.stderr = returncode, stderr
+
+
+def _in_process(args) -> tuple[int, str]:
+    """``smerge ARGS`` in this process (for refusals before a server starts): exit code, stderr."""
+    import contextlib
+    import io
+    import warnings
+
+    from smerge.cli.main import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), warnings.catch_warnings():
+        code = main(args)
+    return code, err.getvalue()
+
+
+@pytest.fixture
+def small_parquet(tmp_path):
+    p = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"t": np.arange(1000, dtype=np.float64), "h": np.arange(1000) % 7}), p)
+    return p
+
+
+def _token_file(tmp_path, text=TOKEN, mode=0o600, name="tok"):
+    p = tmp_path / name
+    p.write_text(text)
+    os.chmod(p, mode)
+    return p
+
+
+# -- 9. token files -------------------------------------------------------------------------------------
+
+def test_world_readable_token_file_refused_beyond_loopback(small_parquet, tmp_path):
+    tok = _token_file(tmp_path, mode=0o644)
+    r = _cli(["serve", str(small_parquet), "--keys", "t", "--port", "0", "--host", "0.0.0.0", "--token-file", str(tok)])
+    _one_line_exit_2(r, str(tok), "chmod 600", "not a loopback address")
+
+
+def test_world_readable_token_file_warned_on_loopback(small_parquet, tmp_path):
+    tok = _token_file(tmp_path, mode=0o644)
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(tok)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap_memory)
+    try:
+        url = p.stdout.readline().strip()
+        assert url.startswith("grpc+tcp://127.0.0.1:")
+        assert IndexClient(url, token=TOKEN).info()["count"] == 1000
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    lines = p.stderr.read().strip().splitlines()
+    warned = [ln for ln in lines if "readable by every user" in ln]
+    assert len(warned) == 1 and f"chmod 600 {tok}" in warned[0], lines
+    # a private file: no warning
+    tok2 = _token_file(tmp_path, name="tok2")
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0",
+                                   "--token-file", str(tok2)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap_memory)
+    try:
+        assert p.stdout.readline().strip()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    assert "readable by every user" not in p.stderr.read()
+
+
+def test_token_longer_than_a_client_can_send_refused_at_start(small_parquet, tmp_path):
+    n = flight_server.MAX_TOKEN_CHARS
+    assert n == 4096
+    ok = _token_file(tmp_path, "a" * n + "\n", name="ok")
+    assert flight_server.read_token_file(str(ok)) == "a" * n
+    too_long = _token_file(tmp_path, "a" * (n + 1), name="long")
+    r = _cli(["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(too_long)])
+    _one_line_exit_2(r, "4,097 characters", "at most 4,096")
+    with pytest.raises(UsageError, match="at most 4,096"):
+        IndexClient("grpc://127.0.0.1:1/x", token="a" * (n + 1))
+
+
+def test_huge_token_file_is_not_read_whole(small_parquet, tmp_path):
+    huge = tmp_path / "huge"
+    with open(huge, "wb") as f:  # 300 MB, sparse: costs no disk
+        f.truncate(300 << 20)
+        f.seek((300 << 20) - 1)
+        f.write(b"a")
+    os.chmod(huge, 0o600)
+    # 200 MB of address space above the interpreter's: reading the file whole would fail
+    r = subprocess.run(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(huge)],
+                       capture_output=True, text=True, timeout=60)
+    _one_line_exit_2(r, str(huge), "longer than 4,352 bytes")
+    t0 = time.perf_counter()
+    with pytest.raises(UsageError, match="longer than"):
+        flight_server.read_token_file(str(huge))
+    assert time.perf_counter() - t0 < 0.5
+    # the client side: SMERGE_TOKEN_FILE and rtm --token-file
+    a = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"t": [1.0]}), a)
+    r = _cli(["count", "grpc://127.0.0.1:1/b", "--item", "h", "--time", "t", "--every", "10"],
+             env={**os.environ, "SMERGE_TOKEN_FILE": str(huge)})
+    _one_line_exit_2(r, "longer than 4,352 bytes")
+    r = _cli(["rtm", str(a), "--server", "grpc://127.0.0.1:1/b", "--token-file", str(huge), "--keys", "t",
+              "-o", str(tmp_path / "o.parquet"), "--local"])
+    _one_line_exit_2(r, "longer than 4,352 bytes")
+    assert not (tmp_path / "o.parquet").exists()
+
+
+# -- 10a. folders of killed servers are swept ----------------------------------------------------------
+
+def test_folders_of_killed_servers_are_swept(small_parquet, tmp_path):
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_cap_memory)
+    assert p.stdout.readline().strip()
+    p.kill()
+    p.wait(30)
+    left = [e for e in os.listdir(tmp) if e.startswith("smerge-serve-")]
+    assert len(left) == 1 and f"-{p.pid}-" in left[0], left
+    alien = tmp / "smerge-serve-0123456789-1-abcdefgh"  # another host's (or boot's) tag: never touched
+    untagged = tmp / "smerge-serve-abcdefgh"  # no owner tag (an older version): left alone
+    alien.mkdir()
+    untagged.mkdir()
+    # a live server's folder survives another server's sweep
+    live = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_cap_memory)
+    try:
+        assert live.stdout.readline().strip()
+        names = set(os.listdir(tmp))
+        assert left[0] not in names  # swept at start-up
+        assert {alien.name, untagged.name} <= names
+        mine = [e for e in names if f"-{live.pid}-" in e]
+        assert len(mine) == 1
+        assert flight_server.sweep_workdirs(str(tmp)) == []  # the owner runs
+    finally:
+        live.send_signal(signal.SIGTERM)
+        assert live.wait(30) == 0
+    assert not [e for e in os.listdir(tmp) if f"-{live.pid}-" in e]  # a clean stop removes its own
+
+
+# -- 10e. numeric options of serve ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, msg", [
+    (["--lifetime", "1e-300"], "too short for times up to 999"),
+    (["--lifetime", "nan"], "--lifetime"),
+    (["--lifetime", "inf"], "--lifetime"),
+    (["--lifetime", "0"], "--lifetime"),
+    (["--lifetime", "10", "--support", "nan"], "--support"),
+    (["--lifetime", "10", "--support", "inf"], "--support"),
+    (["--lifetime", "10", "--correct-factor", "nan"], "--correct-factor"),
+    (["--lifetime", "10", "--correct-factor", "-inf"], "--correct-factor"),
+    (["--lifetime", "10", "--max-frequent", "-1"], "--max-frequent"),
+    (["--lifetime", "10", "--sketch", "0x5"], "--sketch"),
+    (["--lifetime", "10", "--max-page", "0"], "--max-page"),
+])
+def test_serve_numeric_options_that_cannot_work_exit_2(small_parquet, args, msg):
+    code, err = _in_process(["serve", str(small_parquet), "--summarize", "h", "--time", "t", "--port", "0", *args])
+    _one_line_exit_2(_Result(code, err), msg)
+
+
+def test_tiny_float_lifetime_that_works_gives_no_warnings(small_parquet, tmp_path):
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--summarize", "h", "--time", "t", "--lifetime", "1e-3",
+                                   "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_cap_memory)
+    try:
+        url = p.stdout.readline().strip()
+        assert url, p.stderr.read()
+        r = _cli(["count", url, "--item", "h", "--time", "t", "--every", "100", "--json"])
+        assert r.returncode == 0, r.stderr
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+    err = p.stderr.read()
+    assert "Warning" not in err and ".py:" not in err, err
+
+
+# -- 8e. an empty column list --------------------------------------------------------------------------
+
+def test_empty_column_list_is_a_clear_error():
+    server = IndexServer(BIndex.build(pa.table({"k": [1.0, 2.0], "v": [1, 2]}), ["k"], name="b"), port=0)
+    server.start_background()
+    try:
+        raw = flight.FlightClient(server.url)
+        for body in (b'{"op": "stream", "columns": []}',
+                     b'{"op": "range", "box": {"lo": [0], "hi": [9]}, "limit": 5, "columns": []}'):
+            with pytest.raises(flight.FlightServerError) as err:
+                raw.do_get(flight.Ticket(body)).read_all()
+            assert err.value.extra_info == b"INVALID_ARGUMENT"
+            assert "columns is an empty list" in str(err.value) and "internal" not in str(err.value)
+        raw.close()
+        c = IndexClient(server.url)
+        with pytest.raises(UsageError, match="columns is an empty list; name at least one column"):
+            list(c.stream(columns=[]))
+    finally:
+        server.shutdown()
+
+
+# -- environment errors: a full disk -------------------------------------------------------------------
+
+def test_serve_with_stdout_on_a_full_disk_is_one_line(small_parquet, tmp_path):
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    with open("/dev/full", "w") as full:
+        r = subprocess.run(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0"], stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60, env=env, preexec_fn=_cap_memory)
+    _one_line_exit_2(r, "cannot write the server's URL", "No space left on device")
+    assert not [e for e in os.listdir(tmp_path) if e.startswith("smerge-serve-")]  # its folder is removed
+
+
+def test_server_folder_on_a_full_disk_is_one_line(monkeypatch, small_parquet, tmp_path):
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full)
+    with pytest.raises(OutputError, match="cannot create the server's folder .*No space left on device"):
+        IndexServer(BIndex.build(pa.table({"k": [1.0]}), ["k"]), port=0)
+    code, err = _in_process(["serve", str(small_parquet), "--keys", "t", "--port", "0"])
+    _one_line_exit_2(_Result(code, err), "cannot create the server's folder", "No space left on device")
