@@ -58,9 +58,11 @@ def check_output_path(path: str, *, overwrite: bool, fmt: str | None = None, inp
     check_target(path, overwrite=overwrite, folder=is_dataset_path(path, fmt), inputs=inputs, opt=opt)
 
 
-def check_csv_schema(schema: pa.Schema, path: str, *, opt: str = "-o") -> None:
-    """CSV holds flat values only: refuse (``OutputError``, before anything is written) a column of
-    nested values (struct, list, map, union), naming it and the formats that keep it."""
+def check_output_schema(path: str, fmt: str, schema: pa.Schema, *, opt: str = "-o") -> None:
+    """CSV holds flat values only: refuse (``OutputError``, before the run) a column of nested
+    values (struct, list, map, union) for CSV output, naming it and the formats that keep it."""
+    if fmt != "csv":
+        return
     for f in schema:
         if pa.types.is_nested(f.type) or pa.types.is_dictionary(f.type) and pa.types.is_nested(f.type.value_type):
             raise OutputError(f"{opt} {path!r}: CSV cannot hold column {f.name!r} of nested values ({f.type}); write "
@@ -72,8 +74,7 @@ class Output:
 
     def __init__(self, path: str, schema: pa.Schema, fmt: str, *, overwrite: bool = False, **options: Any):
         check_output_path(path, overwrite=overwrite, fmt=fmt)
-        if fmt == "csv":
-            check_csv_schema(schema, path)
+        check_output_schema(path, fmt, schema)
         self.path, self.schema, self.format, self.overwrite = path, schema, fmt, overwrite
         self.tmp = make_temp_file(path)  # owner-tagged, 0666 minus the umask
         self.rows = 0

@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
+from smerge.datasets.writers import check_output_schema
 from smerge.errors import UsageError
 from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
@@ -148,6 +149,7 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
     if fmt == "netcdf" and not write_ids:
         params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
     out_schema = pair_schema(src_a.schema, src_b.schema, with_ids=params.with_ids)
+    check_output_schema(output, fmt, out_schema)  # before the run: CSV holds no nested column
     return PreparedMerge(job=job, src_a=src_a, src_b=src_b, params=params, output=output, output_format=fmt,
                          out_schema=out_schema, write_ids=write_ids, unmatched_paths=unmatched,
                          extra={"client": client})

@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_input, open_output
-from smerge.datasets.writers import DATASET_FORMAT
+from smerge.datasets.writers import DATASET_FORMAT, check_output_schema
 from smerge.errors import UsageError
 from smerge.jobs.outputs import check_run_outputs, write_stats
 from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
@@ -144,6 +144,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
         raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
     check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
                       + ([("--stats", job.stats, False)] if job.stats else []), overwrite=job.overwrite)
+    check_output_schema(output, fmt, plan.out_schema)  # before the run: CSV holds no nested column
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
                          out_schema=plan.out_schema, opened=tuple(o[1:] for o in opened))
 
