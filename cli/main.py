@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 import typer.main
@@ -31,7 +32,16 @@ COMMANDS = {
 COMMAND_MODULES = list(dict.fromkeys(COMMANDS.values()))
 
 
-def _root() -> None:
+def _version(value: bool) -> None:
+    if value:
+        from smerge import __version__
+
+        typer.echo(f"smerge {__version__}")
+        raise typer.Exit(0)
+
+
+def _root(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_version,
+                                                help="Print smerge's version and exit.")] = False) -> None:
     """smerge: best-effort eps-delta merges and window joins of partially sorted streams."""
 
 
@@ -166,7 +176,9 @@ def _main(argv: list[str] | None) -> int:
         _pyarrow_without_pandas()
     try:
         app = _app_for(sys.argv[1:] if argv is None else list(argv))
-        rv = app(args=argv, prog_name="smerge", standalone_mode=False)
+        from smerge.cli.help import readable
+
+        rv = readable(typer.main.get_command(app))(args=argv, prog_name="smerge", standalone_mode=False)
     except typer.Exit as e:
         return e.exit_code
     except typer.Abort:
