@@ -1,6 +1,6 @@
 """Merge keys: validation against schemas and extraction to ``float64`` key matrices.
 
-Keys are d >= 1 numeric columns compared lexicographically (spec section 1). Integer and
+Keys are d >= 1 numeric columns compared lexicographically. Integer and
 float columns are compared as float64. Every time representation is brought to one time base,
 **microseconds since 1970-01-01 00:00:00 UTC** (``TIME_BASE``), before it is compared:
 timestamps of any unit (s, ms, us, ns) with or without a time zone (a timestamp without a zone
