@@ -274,7 +274,8 @@ def make_temp_file(target: str, suffix: str = "") -> str:
     try:
         os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
     except OSError as e:
-        raise OutputError(f"cannot write in {os.path.dirname(tmp)!r} ({e.strerror}); choose another -o") from None
+        raise write_error(e, target) or OutputError(f"cannot write in {os.path.dirname(tmp)!r} ({e.strerror}); "
+                                                    "choose another -o") from None
     return tmp
 
 
@@ -289,7 +290,8 @@ def make_staging(target: str, kind: str = "tmp", *, dataset: bool = False) -> st
             mark_dataset(tmp)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise OutputError(f"cannot create the staging directory {tmp!r} ({e.strerror}); choose another -o") from None
+        raise write_error(e, target) or OutputError(f"cannot create the staging directory {tmp!r} ({e.strerror}); "
+                                                    "choose another -o") from None
     return tmp
 
 
