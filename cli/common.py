@@ -319,6 +319,9 @@ def choose_route(*, local: bool, master: str | None, inputs: Sequence[str | None
     if t == m:  # too close to tell apart in rounded units
         t, m = f"{total:,} B", f"{limit:,} B"
     if total <= limit:
+        main = sys.modules.get("smerge.cli.main")
+        if main is not None:
+            main.in_process_route()  # no pandas import for an in-process run (as --local)
         return Route(False, None, f"local (auto: {t} <= {m})")
     return Route(True, AUTO_SPARK_MASTER, f"spark (auto: {t} > {m})")
 

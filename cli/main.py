@@ -144,6 +144,15 @@ def _pyarrow_without_pandas() -> None:
 
 
 _NEVER_SPARK = {"count", "archive"}  # commands that run in-process only (no pandas objects reach pyarrow)
+_OWN_PROCESS = False  # main() runs as the `smerge` process (not main(argv) inside a caller's process)
+
+
+def in_process_route() -> None:
+    """The run was routed in-process (``--master auto`` chose it): as ``--local`` does, let
+    pyarrow's first numpy conversion find no pandas -- only in the ``smerge`` process, and only
+    before any such conversion (else pandas is loaded already and this does nothing)."""
+    if _OWN_PROCESS:
+        _pyarrow_without_pandas()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,6 +181,8 @@ def _main(argv: list[str] | None) -> int:
 
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
+    global _OWN_PROCESS
+    _OWN_PROCESS = argv is None
     if argv is None and ("--local" in sys.argv[1:] or sys.argv[1:2] and sys.argv[1] in _NEVER_SPARK):
         _pyarrow_without_pandas()
     try:

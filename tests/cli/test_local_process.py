@@ -76,3 +76,17 @@ def test_the_command_table_names_what_each_module_registers():
     assert full == set(COMMANDS)
     for module in set(COMMANDS.values()):
         assert hasattr(importlib.import_module(module), "app")
+
+
+def test_default_route_of_a_small_run_imports_neither_pandas_nor_pyspark(tmp_path):
+    """The auto route decides from the inputs' sizes, without pyspark; an in-process run then
+    keeps pandas out as --local does (its import was 0.46 s of a 0.6 s run)."""
+    pq.write_table(pa.table({"k": np.arange(1000.0), "v": np.arange(1000)}), tmp_path / "a.parquet")
+    probe = PROBE.replace('"--local", ', "").replace(
+        '"gc_frozen"', '"pyspark": any(m.startswith("pyspark") for m in sys.modules), "gc_frozen"')
+    r = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "a.parquet"), str(tmp_path / "a.parquet"),
+                        str(tmp_path / "o.parquet")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["rc"] == 0 and got["pandas"] is False and got["pyspark"] is False
+    assert pq.read_table(tmp_path / "o.parquet").num_rows == 1000
