@@ -21,7 +21,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import UsageError
+from smerge.errors import InputError, UsageError
 
 TIME_BASE = "microseconds since 1970-01-01 00:00:00 UTC"
 US_PER_UNIT = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
@@ -115,6 +115,21 @@ def check_key_compat(schema_a: pa.Schema, keys_a: Sequence[str], schema_b: pa.Sc
                          "choose other keys")
 
 
+EXACT_INT = 2**53  # float64 holds every integer up to here; beyond, neighbours compare equal
+
+
+def _inexact_integers(col, values) -> InputError:
+    eg = ""
+    if values is not None:
+        big = values[(values > EXACT_INT) | (values < -EXACT_INT)] if values.dtype.kind == "i" else \
+            values[values > EXACT_INT]
+        eg = f" (e.g. {int(big[0]):,})" if big.size else ""
+    return InputError(
+        f"a {col.type} key holds integers beyond 2^53{eg}, which smerge compares as float64, where "
+        "neighbouring integers are equal: keys that differ would pair. Use a key within +-2^53 (an id split in "
+        "two keys, or offset by a base), or cast it to float64 yourself if approximate keys are meant")
+
+
 def column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A key column as float64: numbers as they are, times on ``TIME_BASE`` (see the module doc)."""
     if isinstance(col, pa.ChunkedArray):
@@ -123,8 +138,16 @@ def column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     scale = us_per_raw(t)
     if scale is not None:
         col = col.view(pa.int32() if t.bit_width == 32 else pa.int64())
+    wide = scale is None and t.bit_width == 64 and pa.types.is_integer(t)
+    if wide and not col.null_count and len(col):
+        raw = numpy_view(col)
+        if int(raw.max()) > EXACT_INT or (t == pa.int64() and int(raw.min()) < -EXACT_INT):
+            raise _inexact_integers(col, raw)
     if col.null_count:
-        col = col.cast(pa.float64()).fill_null(float("nan"))
+        try:
+            col = col.cast(pa.float64()).fill_null(float("nan"))  # a safe cast: refuses integers past 2^53
+        except pa.ArrowInvalid:
+            raise _inexact_integers(col, None) from None
     v = numpy_view(col).astype(np.float64, copy=False)
     if scale is None or scale == 1.0:
         return v
@@ -149,7 +172,10 @@ def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndar
     """The keys of ``batch`` as a C-ordered ``float64`` array of shape ``(rows, len(keys))``."""
     out = np.empty((batch.num_rows, len(keys)), dtype=np.float64)
     for c, k in enumerate(keys):
-        out[:, c] = column_f64(batch.column(k))
+        try:
+            out[:, c] = column_f64(batch.column(k))
+        except InputError as e:
+            raise InputError(f"key {k!r}: {e}") from None
     return out
 
 

@@ -223,3 +223,31 @@ def test_times_of_day_in_two_units_compare(tmp_path, capsys):
     assert rc == 0, err
     t = pq.read_table(tmp_path / "o.parquet")
     assert (t.column("a_row").to_pylist(), t.column("b_row").to_pylist()) == ([0], [0])
+
+
+@pytest.mark.parametrize("values", [[2**53, 2**53 + 1, 2**53 + 2], [-(2**53) - 2, 0], [2**53 + 4, None]])
+def test_integer_keys_beyond_2_53_are_refused(values, tmp_path):
+    """float64 cannot tell 2^53 + 1 from 2^53: such int64 keys would pair different records."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from smerge.cli.main import main
+
+    p = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"k": pa.array(values, pa.int64()), "v": list(range(len(values)))}), p)
+    rc = main(["cgm", str(p), str(p), "--keys", "k", "--local", "-o", str(tmp_path / "o.parquet"),
+               "--nan-keys", "unmatched"])
+    assert rc == 2 and not (tmp_path / "o.parquet").exists()
+
+
+def test_integer_keys_within_2_53_are_exact(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from smerge.merge.keys import key_matrix
+
+    t = pa.table({"k": pa.array([2**53, -(2**53), 2**53 - 1], pa.int64())})
+    assert key_matrix(t, ["k"])[:, 0].tolist() == [2.0**53, -(2.0**53), 2.0**53 - 1]
+    t = pa.table({"k": pa.array([2**53 + 1], pa.uint64())})
+    with pytest.raises(Exception, match="2\\^53"):
+        key_matrix(t, ["k"])
