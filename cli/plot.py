@@ -33,7 +33,7 @@ def write_plot(stats: dict, path: str | None) -> None:
 
 @app.command("plot")
 def plot(
-    stats: Annotated[str, typer.Argument(help="Statistics JSON written by --stats (cgm, rtm or wjoin).")],
+    stats: Annotated[str, typer.Argument(help="Statistics JSON written by --stats (cgm, rtm, wjoin or count).")],
     output: Annotated[str, typer.Option("-o", "--output", help="PNG to write.")] = "run.png",
     title: Annotated[Optional[str], typer.Option("--title", help="Title above the panels (default: a summary of the run).")] = None,
     dpi: Annotated[int, typer.Option("--dpi", help="Resolution: the image is 8 x 2.2 inches per panel.")] = 100,
@@ -58,7 +58,11 @@ def plot(
         except (ValueError, UnicodeDecodeError) as e:
             raise InputError(f"{stats}: not a JSON file ({e})") from None
         check_target(output, overwrite=overwrite, folder=False, inputs=[stats], opt="-o")
-        save_plot(data, output, dpi=dpi, title=title)
+        series = save_plot(data, output, dpi=dpi, title=title)
+        from smerge.plot import PANEL_HEIGHT_IN, PANEL_WIDTH_IN
+
+        typer.echo(f"smerge plot: {stats} -> {output} ({len(series)} panels: {', '.join(series)}; "
+                   f"{round(PANEL_WIDTH_IN * dpi)} x {round(PANEL_HEIGHT_IN * dpi * len(series))} pixels)")
         return 0
 
     run_guarded(body, debug=debug)

@@ -95,9 +95,12 @@ def _wjoin_series(s: dict) -> Series:
     tl = s.get("timeline")
     if tl and tl.get("rows"):
         cols = tl["columns"]
-        x = [float(r[0]) for r in tl["rows"]]
-        out["tuples emitted"] = {"tuples": (x, [float(r[1]) for r in tl["rows"]])}
-        out["records buffered"] = {c[len("buffered_"):]: (x, [float(r[j]) for r in tl["rows"]])
+        rows = tl["rows"]
+        if float(rows[0][0]) > 0:  # the run starts from nothing: 0 records read, 0 tuples, 0 buffered
+            rows = [[0.0] * len(cols)] + list(rows)
+        x = [float(r[0]) for r in rows]
+        out["tuples emitted"] = {"tuples": (x, [float(r[1]) for r in rows])}
+        out["records buffered"] = {c[len("buffered_"):]: (x, [float(r[j]) for r in rows])
                                    for j, c in enumerate(cols) if c.startswith("buffered_")}
     fracs = s.get("sample_fractions")
     if fracs:
@@ -110,8 +113,26 @@ def _wjoin_series(s: dict) -> Series:
     return out
 
 
+# Panels drawn as horizontal bars: panel title -> the names of its bars (one series, x = 0, 1, ..)
+BAR_PANELS = {"seconds": None, "bytes received": ["raw records", "received"],
+              "answers": ["exact", "estimated"]}
+
+
+def _count_series(s: dict) -> Series:
+    """``smerge count --stats``: what the wire carried against the raw records, and how many
+    answers were exact or estimated from summaries."""
+    out: Series = {}
+    out["bytes received"] = {"bytes": ([0.0, 1.0], [float(s.get("bytes_raw") or 0), float(s.get("bytes_received") or 0)])}
+    out["answers"] = {"answers": ([0.0, 1.0], [float(s.get("exact_answers") or 0),
+                                               float(s.get("estimated_answers") or 0)])}
+    out["seconds"] = {"seconds": ([0.0], [float(s.get("seconds") or s.get("total_seconds") or 0.0)])}
+    return out
+
+
 def plot_series(stats: dict) -> Series:
     """What ``plot_figure`` draws, panel by panel: ``{panel title: {label: (x, y)}}``."""
+    if isinstance(stats, dict) and stats.get("command") == "count" and "algorithm" not in stats:
+        return _count_series(stats)
     if not isinstance(stats, dict) or "algorithm" not in stats:
         raise UsageError("not smerge statistics: no 'algorithm' key (give the JSON written by --stats)")
     if stats["algorithm"] == "wjoin":
@@ -132,22 +153,51 @@ def plot_figure(stats: dict, *, title: str | None = None) -> tuple[Any, Series]:
     n = len(series)
     fig = Figure(figsize=(PANEL_WIDTH_IN, PANEL_HEIGHT_IN * n))
     axes = fig.subplots(n, 1, squeeze=False)[:, 0]
-    is_wjoin = stats["algorithm"] == "wjoin"
+    is_wjoin = stats.get("algorithm") == "wjoin"
+    from matplotlib.ticker import MaxNLocator
+
+    is_count = stats.get("command") == "count" and "algorithm" not in stats
     for ax, (panel, lines) in zip(axes, series.items()):
         ax.set_title(panel, fontsize=9, loc="left")
         ax.tick_params(labelsize=8)
-        if panel == "seconds":
+        if panel in BAR_PANELS:
             (x, y), = lines.values()
-            names = ["fetch", "join" if is_wjoin else "merge", "write"]
-            ax.barh(x, y, color=["#4c72b0", "#dd8452", "#55a868"])
+            names = BAR_PANELS[panel] or (["seconds"] if is_count else ["fetch", "join" if is_wjoin else "merge",
+                                                                         "write"])
+            ax.barh(x, y, color=["#4c72b0", "#dd8452", "#55a868"][:len(x)])
             ax.set_yticks(x, names)
-            ax.set_xlabel("seconds", fontsize=8)
+            ax.set_xlabel("seconds" if panel == "seconds" else panel.split()[0], fontsize=8)
+            if panel != "seconds":
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             continue
-        for label, (x, y) in lines.items():
-            style = dict(color="#c44e52", linestyle="--", linewidth=1) if label.startswith("delta") else dict(linewidth=1)
+        drawn = [label for label, (x, y) in lines.items() if x and not label.startswith("delta")]
+        if not drawn:  # e.g. a run shorter than the moving average's M report windows
+            ax.text(0.5, 0.5, _empty_reason(panel, stats), ha="center", va="center", fontsize=8,
+                    transform=ax.transAxes, color="#555555")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            continue
+        styles = ["-", "--", ":", "-."]
+        for i, (label, (x, y)) in enumerate(lines.items()):
+            if label.startswith("delta"):
+                style = dict(color="#c44e52", linestyle="--", linewidth=1)
+            else:  # lines that coincide (equal buffers of several streams) stay visible: styles, widths
+                style = dict(linestyle=styles[i % len(styles)], linewidth=2.2 - 0.4 * (i % 4), alpha=0.9)
+                if len(x) <= 30:  # a short run: its few points are seen, even a single one
+                    style.update(marker="os^D"[i % 4], markersize=4)
             ax.plot(x, y, label=label, **style)
         ax.set_xlabel("run" if panel == FRACTION_PANEL else ("records read" if is_wjoin else "report window"),
                       fontsize=8)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # windows, runs and records are whole
+        xs = [v for label, (x, _) in lines.items() if not label.startswith("delta") for v in x]
+        if xs and max(xs) - min(xs) < 4:  # one or a few report windows: whole-number ticks around them
+            ax.set_xlim(min(xs) - 0.5, max(xs) + 0.5)
+        if is_wjoin or panel.startswith("least increment"):
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        if is_wjoin:  # counts from zero; all-zero buffers still get a whole-number axis
+            ys = [v for _, (_, y) in lines.items() for v in y]
+            ax.set_xlim(left=0)
+            ax.set_ylim(0, max(1.0, max(ys, default=0.0) * 1.05))
         if panel == FRACTION_PANEL:
             ax.set_ylim(0.0, 1.05)
         if len(lines) > 1 or panel == FRACTION_PANEL:
@@ -159,7 +209,18 @@ def plot_figure(stats: dict, *, title: str | None = None) -> tuple[Any, Series]:
     return fig, series
 
 
+def _empty_reason(panel: str, s: dict) -> str:
+    if panel.startswith("moving drop rate"):
+        m = s.get("params", {}).get("delta_windows", 10)
+        return (f"no moving drop rate: the run has {s.get('report_windows', 0)} report windows, fewer than "
+                f"M = {m} (--delta-windows)")
+    return "nothing to draw for this run"
+
+
 def _title(s: dict) -> str:
+    if s.get("command") == "count" and "algorithm" not in s:
+        return (f"count: {s.get('answers', 0):,} answers over {s.get('records_raw', 0):,} records "
+                f"({s.get('bytes_ratio', 1.0):.3f} of the raw bytes received)")
     if s["algorithm"] == "wjoin":
         return f"wjoin ({s.get('method', '')}): {s.get('tuples', 0):,} tuples"
     return (f"{s['algorithm']}: {s.get('matched', 0):,} of {s.get('a_records', 0):,} A records matched "

@@ -177,9 +177,40 @@ def test_wjoin_timeline_plot(tmp_path):
     assert tl["columns"] == ["records_read", "tuples", "buffered_S1", "buffered_S2"]
     assert tl["rows"][-1][1] == s["tuples"] and tl["rows"][-1][0] == sum(s["records_read"].values())
     series = plot_series(s)
-    assert series["tuples emitted"]["tuples"][1] == [r[1] for r in tl["rows"]]
-    assert series["records buffered"]["S2"][1] == [r[3] for r in tl["rows"]]
+    # the timeline as written, from the run's start (0 records read, 0 tuples, nothing buffered)
+    assert tl["rows"][0][0] > 0
+    assert series["tuples emitted"]["tuples"][0] == [0.0] + [r[0] for r in tl["rows"]]
+    assert series["tuples emitted"]["tuples"][1] == [0.0] + [r[1] for r in tl["rows"]]
+    assert series["records buffered"]["S2"][1] == [0.0] + [r[3] for r in tl["rows"]]
     assert _png(png) == (800, 220 * len(series))
+
+
+def test_plot_prints_what_it_wrote_and_draws_count_and_short_runs(tmp_path, capsys):
+    """`smerge plot` says what it wrote; count statistics are drawn; a run shorter than M report
+    windows says why it has no moving drop rate instead of an empty panel."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"k": np.arange(300.0), "v": np.arange(300)}), tmp_path / "a.parquet")
+    rc = main(["cgm", str(tmp_path / "a.parquet"), str(tmp_path / "a.parquet"), "--keys", "k", "--local",
+               "-o", str(tmp_path / "o.parquet"), "--stats", str(tmp_path / "s.json")])
+    assert rc == 0
+    capsys.readouterr()
+    rc = main(["plot", str(tmp_path / "s.json"), "-o", str(tmp_path / "s.png")])
+    out = capsys.readouterr().out
+    assert rc == 0 and "s.png" in out and "3 panels" in out and "800 x 660 pixels" in out
+    from smerge.plot import plot_figure
+
+    fig, series = plot_figure(json.loads((tmp_path / "s.json").read_text()))
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("fewer than M = 10" in t for t in texts)
+    rc = main(["count", str(tmp_path / "a.parquet"), "--item", "v", "--time", "k", "--every", "100",
+               "-o", str(tmp_path / "c.parquet"), "--stats", str(tmp_path / "c.json")])
+    assert rc == 0
+    capsys.readouterr()
+    rc = main(["plot", str(tmp_path / "c.json"), "-o", str(tmp_path / "c.png")])
+    assert rc == 0 and "bytes received" in capsys.readouterr().out
+    assert _png(tmp_path / "c.png") == (800, 660)
 
 
 def test_engines_import_neither_matplotlib_nor_xarray():
