@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import (ConfOpt, DebugOpt, FormatOpt, JsonOpt, MasterOpt, OutputOpt, OverwriteOpt,
+from smerge.cli.cgm import (ConfOpt, DebugOpt, JsonOpt, MasterOpt, OverwriteOpt,
                             ProgressOpt, StatsOpt, VerboseOpt)
 from smerge.cli.common import (choose_route, emit_stats, parse_conf, progress_enabled, record_route, run_guarded,
                                split_list, tqdm_progress)
@@ -66,8 +66,11 @@ def wjoin(
     where: Annotated[Optional[str], typer.Option("--where", help="Predicate over S1.col, S2.col, ...: comparisons, + - * /, and/or/not, abs().")] = None,
     aliases: Annotated[Optional[str], typer.Option("--aliases", help="Stream names for --where and output prefixes (default S1,S2,..).")] = None,
     method: Annotated[str, typer.Option("--method", help="auto (hash when equalities link all streams), hash, or nested-loop.")] = "auto",
-    output: OutputOpt = None,
-    format: FormatOpt = None,
+    output: Annotated[Optional[str], typer.Option(
+        "-o", "--output", help="Output (.parquet .csv .arrow, or a folder for a Parquet dataset; not netCDF: tuples "
+                               "are not on a grid); default <stem1>+<stem2>+...parquet.")] = None,
+    format: Annotated[Optional[str], typer.Option("--format", help="Output format: parquet, csv, arrow (default: "
+                                                                   "from the extension).")] = None,
     overwrite: OverwriteOpt = False,
     with_ids: Annotated[bool, typer.Option("--with-ids", help="Add S1_row, S2_row, .. (0-based row ids in the inputs).")] = False,
     stats: StatsOpt = None,
