@@ -18,6 +18,7 @@ from smerge.errors import InputError
 
 DEFAULT_BATCH_ROWS = 131072
 MAGIC_BYTES = 4096  # enough for magic numbers and to sniff a CSV header line
+ZARR_MAGIC = b"smerge-zarr-store\x00"  # what read_magic returns for a Zarr store (a folder)
 
 
 @dataclass
@@ -126,9 +127,13 @@ _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def is_spark_url(path: str) -> bool:
-    """A URL for Spark's readers (hdfs://, s3a://, gs://, file://, ...), not a server stream."""
+    """A URL for Spark's readers (hdfs://, s3a://, file://, ...), not a server stream nor an
+    object-store or HTTP URL that smerge reads itself (s3://, gs://, az://, https://:
+    ``datasets.remote``)."""
+    from smerge.datasets.remote import REMOTE_SCHEMES
+
     m = _URL.match(path)
-    return bool(m) and m.group(1).lower() not in SERVER_SCHEMES
+    return bool(m) and m.group(1).lower() not in SERVER_SCHEMES + REMOTE_SCHEMES
 
 
 def local_path(path: str) -> str:
@@ -160,17 +165,25 @@ def read_magic(path: str) -> bytes:
         return b""  # a server stream, not a file: datasets/flight.py opens it
     if is_spark_url(path):
         raise InputError(f"{path}: a URL that only Spark's readers open (Parquet or CSV): `smerge cgm` reads it "
-                         "on Spark (without --local); for other commands copy the file to a local path")
+                         "on Spark (without --local); for other commands copy the file to a local path, or "
+                         "name it s3://, gs://, az:// or https:// to read it through fsspec")
+    from smerge.datasets import remote
+
+    if remote.is_remote(path):
+        return remote.read_magic(path)
     if not os.path.exists(path):
         raise InputError(f"{path}: no such file; check the path")
     if os.path.isdir(path):
+        if any(os.path.isfile(os.path.join(path, m)) for m in ("zarr.json", ".zgroup")):
+            return ZARR_MAGIC  # a Zarr store: datasets/zarr_store.py opens it (netCDF backend)
         from smerge.datasets.archive import is_archive
 
         if is_archive(path):  # a folder with an archive manifest: datasets/archive_read.py opens it
             from smerge.datasets.archive_read import ARCHIVE_MAGIC
 
             return ARCHIVE_MAGIC
-        raise InputError(f"{path}: is a directory, not a data file; name a file")
+        raise InputError(f"{path}: is a directory, not a data file nor a Zarr store (no zarr.json or .zgroup); "
+                         "name a file or a store")
     check_regular(path)
     try:
         with open(path, "rb") as f:
@@ -236,10 +249,14 @@ def guess_backend(path: str, fmt: str | None = None) -> Backend:
     named = [b for b in ordered if low.endswith(tuple(getattr(b, "extensions", ())))]
     if named:
         what = _FORMAT_NAMES.get(named[0].name, named[0].name)
+        if low.endswith(".zarr"):
+            what = "Zarr"
+        elif low.endswith((".grib", ".grib1", ".grib2", ".grb", ".grb2")):
+            what = "GRIB"
         raise InputError(f"{path}: not readable as {what}: its first bytes are not a {what} header, so the file "
                          f"is corrupt or truncated, or not {what} despite its extension")
     if _is_text(magic):
-        raise InputError(f"{path}: not a supported format (netCDF, Parquet, Arrow IPC, or CSV with a comma or tab "
+        raise InputError(f"{path}: not a supported format (netCDF, Zarr, GRIB, Parquet, Arrow IPC, or CSV with a comma or tab "
                          "in its header line); if it is a one-column CSV file, name it .csv")
-    raise InputError(f"{path}: not a supported format: its first bytes match none of netCDF, Parquet or Arrow IPC, "
+    raise InputError(f"{path}: not a supported format: its first bytes match none of netCDF, GRIB, Parquet or Arrow IPC, "
                      "and it is not text (CSV); convert it, or check that it is not compressed or corrupt")

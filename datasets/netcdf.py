@@ -40,7 +40,23 @@ def _netcdf4():
     return netCDF4
 
 
-def _open(path: str):
+def _open(path: str, variables: Sequence[str] | None = None):
+    """``path`` as a netCDF4.Dataset, or a look-alike with the same CF reads (``cf_adapter``):
+    a Zarr store, a GRIB file (``variables`` choose its hypercube), a netCDF-4/HDF5 file on an
+    object store (read by byte ranges through h5netcdf)."""
+    kind = _store_kind(path)
+    if kind == "zarr":
+        from smerge.datasets.zarr_store import open_dataset
+
+        return open_dataset(path)
+    if kind == "grib":
+        from smerge.datasets.grib import open_dataset
+
+        return open_dataset(path, variables)
+    if kind == "hdf5":
+        from smerge.datasets.hdf5_remote import open_dataset
+
+        return open_dataset(path)
     from smerge.datasets.netcdf_classic import expected_size
 
     need = expected_size(path)
@@ -55,6 +71,32 @@ def _open(path: str):
         raise InputError(
             f"{path}: cannot open as netCDF ({e}); the file may be truncated or corrupt — re-download or regenerate it"
         ) from None
+
+
+def _store_kind(path: str) -> str:
+    """``"zarr"``, ``"grib"``, ``"hdf5"`` (a netCDF-4 file on an object store) or ``"netcdf"``."""
+    from smerge.datasets import remote
+    from smerge.datasets.base import ZARR_MAGIC
+
+    if remote.is_remote(path):
+        magic = remote.read_magic(path)
+        if magic == ZARR_MAGIC:
+            return "zarr"
+        if magic.startswith(b"GRIB"):
+            return "grib"
+        if magic.startswith(b"\x89HDF"):
+            return "hdf5"
+        if magic.startswith(b"CDF"):
+            raise InputError(f"{path}: a netCDF-3 (classic) file on an object store: its layout cannot be read by "
+                             "byte ranges here; convert it to netCDF-4 (nccopy -k nc4) or copy it to a local path")
+        return "netcdf"
+    if os.path.isdir(path):
+        return "zarr"
+    try:
+        with open(path, "rb") as f:
+            return "grib" if f.read(4) == b"GRIB" else "netcdf"
+    except OSError:
+        return "netcdf"
 
 
 def _read_error(path: str, what: str, e: Exception) -> InputError:
@@ -256,10 +298,14 @@ def _chunk_cache(var, axis: int, n: int, limit: int = 256 << 20) -> None:
 
 class NetCDFBackend:
     name = "netcdf"
-    extensions = (".nc", ".cdf", ".nc4", ".netcdf")
+    # Zarr stores and GRIB files are read by this backend too, through ``cf_adapter``
+    extensions = (".nc", ".cdf", ".nc4", ".netcdf", ".zarr", ".grib", ".grib1", ".grib2", ".grb", ".grb2")
 
     def guess_can_open(self, path: str, magic: bytes) -> bool:
-        return magic.startswith(_MAGICS) or (not magic and path.lower().endswith(self.extensions))
+        from smerge.datasets.base import ZARR_MAGIC
+
+        return magic.startswith(_MAGICS + (ZARR_MAGIC, b"GRIB")) or (
+            not magic and path.lower().endswith(self.extensions))
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = True,
@@ -275,7 +321,7 @@ class NetCDFBackend:
             dup = sorted({n for n in names or () if list(names).count(n) > 1})
             if dup:
                 raise UsageError(f"{path}: {what} {', '.join(map(repr, dup))} named twice; name each once")
-        with NC_LOCK, _open(path) as ds:
+        with NC_LOCK, _open(path, variables) as ds:
             allvars = ds.variables
             if not allvars:
                 hint = _group_hint(ds) or "; the file may be empty or truncated: re-download or regenerate it"
@@ -631,7 +677,7 @@ def _source(plan: "_SlabPlan", grid: GridInfo, batch_rows: int) -> InputSource:
         stop = outer if stop is None else min(stop, outer)
         step = max(1, batch_rows // max(inner, 1))
         with NC_LOCK:
-            ds = _open(path)
+            ds = _open(path, plan.chosen)
             ds.set_always_mask(True)
         try:
             with NC_LOCK:
@@ -707,7 +753,7 @@ def masked_values(src: InputSource, *, read_here: bool = True) -> int:
         return 0
     total = 0
     with NC_LOCK:
-        ds = _open(src.path)
+        ds = _open(src.path, g.variables)
         ds.set_always_mask(True)
 
     def raw(var, a, b):
