@@ -25,10 +25,12 @@ class ParquetBackend:
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
         import pyarrow.parquet as pq
 
+        from smerge.datasets.remote import open_file, source
+
         try:
-            pf = pq.ParquetFile(path)
+            pf = pq.ParquetFile(source(path))
         except (OSError, pa.ArrowException) as e:
-            with open(path, "rb") as f:
+            with open_file(path, "rb") as f:
                 head = f.read(4)
             if not head:
                 raise InputError(f"{path}: is empty (0 bytes), not a Parquet file; "
@@ -53,7 +55,7 @@ class ParquetBackend:
                 if not groups:
                     return
                 # pre_buffer=False: pyarrow 26 pre-buffers by default, which held a whole 8M-row file.
-                it = pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
+                it = pq.ParquetFile(source(path), pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
                                                                        row_groups=groups)
                 base = group_starts[first]
                 yield from sliced(it, start - base, None if stop is None else stop - base, schema)

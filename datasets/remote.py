@@ -56,7 +56,7 @@ def storage_options(path: str) -> dict:
     s = scheme(path)
     t = timeout()
     if s == "s3":
-        opts: dict = {"anon": anonymous(), "retries": 2,
+        opts: dict = {"anon": anonymous(),
                       "config_kwargs": {"connect_timeout": t, "read_timeout": t,
                                         "retries": {"max_attempts": 2, "mode": "standard"}}}
         if endpoint():

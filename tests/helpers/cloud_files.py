@@ -10,7 +10,7 @@ import xarray as xr
 TIMES, LATS, LONS = 6, 5, 8
 
 
-def cf_grid(path, *, packed=True) -> str:
+def cf_grid(path, *, packed=True, calendar="noleap") -> str:
     """A netCDF-4 grid with every CF rule the reader applies: CF times in a noleap calendar,
     a packed int16 variable (scale_factor, add_offset, _FillValue, missing_value), a float
     variable with valid_max, latitude as an auxiliary coordinate ``lat(y)``."""
@@ -20,7 +20,7 @@ def cf_grid(path, *, packed=True) -> str:
         ds.createDimension("y", LATS)
         ds.createDimension("lon", LONS)
         t = ds.createVariable("time", "i4", ("time",))
-        t.units, t.calendar = "days since 2001-02-27", "noleap"
+        t.units, t.calendar = "days since 2001-02-27", calendar
         t[:] = np.arange(TIMES)  # 2001-02-27, 02-28, 03-01 (no Feb 29 in any year), ...
         lat = ds.createVariable("lat", "f8", ("y",))
         lat.units = "degrees_north"
