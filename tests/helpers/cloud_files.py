@@ -55,3 +55,41 @@ def zarr_copy(nc: str, store: str, *, zarr_format: int, consolidated: bool, tran
     ds.to_zarr(store, zarr_format=zarr_format, consolidated=consolidated, mode="w", encoding=enc)
     ds.close()
     return str(store)
+
+
+GRIB_LATS = np.array([20.0, 10.0, 0.0, -10.0, -20.0])  # GRIB's usual north-to-south rows
+GRIB_LONS = np.arange(8) * 45.0
+
+
+def grib_field(day: int, level: int = 0) -> np.ndarray:
+    """A value unique to each place (day, row, column), in Kelvin-like range."""
+    return (250.0 + day * 10 + level + np.arange(40.0).reshape(5, 8) / 8).astype("f8")
+
+
+def write_grib(path, sample: str, messages) -> str:
+    """GRIB messages built by ecCodes from its own sample template (``regular_ll_sfc_grib2``,
+    ``regular_ll_sfc_grib1``): ``messages`` are ``(keys, values)`` on the 5 x 8 grid above;
+    NaN values are written as missing (a bitmap)."""
+    import eccodes
+
+    with open(path, "wb") as f:
+        for keys, values in messages:
+            h = eccodes.codes_grib_new_from_samples(sample)
+            try:
+                for k, v in keys.items():
+                    eccodes.codes_set(h, k, v)
+                grid = dict(Ni=8, Nj=5, latitudeOfFirstGridPointInDegrees=20.0, longitudeOfFirstGridPointInDegrees=0.0,
+                            latitudeOfLastGridPointInDegrees=-20.0, longitudeOfLastGridPointInDegrees=315.0,
+                            iDirectionIncrementInDegrees=45.0, jDirectionIncrementInDegrees=10.0)
+                for k, v in grid.items():
+                    eccodes.codes_set(h, k, v)
+                vals = np.asarray(values, dtype="f8").reshape(-1)
+                if np.isnan(vals).any():
+                    eccodes.codes_set(h, "bitmapPresent", 1)
+                    eccodes.codes_set(h, "missingValue", 9999.0)
+                    vals = np.where(np.isnan(vals), 9999.0, vals)
+                eccodes.codes_set_values(h, vals)
+                eccodes.codes_write(h, f)
+            finally:
+                eccodes.codes_release(h)
+    return str(path)
