@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import shlex
 import sys
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.common import (AUTO_CONF_KEY, AUTO_ENV, AUTO_MAX_BYTES, choose_route, delta_exit, emit_stats,
-                               merge_summary, parse_conf, parse_eps, progress_enabled, record_route, run_guarded,
+from smerge.cli.common import (AUTO_CONF_KEY, AUTO_ENV, AUTO_MAX_BYTES, delta_exit, emit_stats,
+                               merge_summary, parse_conf, parse_eps, progress_enabled, run_guarded,
                                split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 
@@ -97,8 +96,8 @@ def cgm(
         require_texts({"-o": output, "--format": format, "--unmatched": unmatched, "--stats": stats,
                        "--plot": plot, "--master": master}, inputs=(a, b))
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
-        from smerge.jobs import (CGMJob, default_output, needs_spark_readers, prepare, run_local,
-                                 with_absolute_paths)
+        from smerge.jobs.cgm import CGMJob
+        from smerge.jobs.pipeline import RunOptions, execute
         from smerge.merge.params import check_adapt
 
         job = CGMJob(
@@ -112,26 +111,10 @@ def cgm(
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
         check_adapt(adapt, delta)
-        spark_conf = parse_conf(conf)
-        spark_readers = not local and needs_spark_readers(job, spark_conf)
-        route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf,
-                             spark_readers=spark_readers)
-        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark, budget=budget)
-        if route.spark:  # executors resolve relative paths from their own working folder
-            job = with_absolute_paths(replace(job, output=job.output or default_output(job.a, job.b)))
-        # URL inputs are opened by Spark's readers, in the session: prepared there.
-        check_plot(plot, overwrite=overwrite, inputs=(a, b))
-        prep = job if spark_readers else prepare(job)
-        bar = tqdm_progress(progress_enabled(progress))
-        if not route.spark:
-            result = run_local(prep, progress=bar)
-        else:
-            from smerge.cli.spark_entry import run_on_spark
-
-            result = run_on_spark(prep, master=route.master, partitions=partitions, conf=spark_conf,
-                                  progress=bar, verbose=verbose)
-        sample_stats(result, (("a", a), ("b", b)))
-        record_route(result, route, job.stats)
+        result = execute(job, RunOptions(local=local, master=master, partitions=partitions, conf=parse_conf(conf),
+                                         progress=tqdm_progress(progress_enabled(progress)), verbose=verbose,
+                                         samples=(sample_a, sample_b), budget=budget),
+                         before_run=lambda j: check_plot(plot, overwrite=overwrite, inputs=(a, b)))
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)

@@ -11,11 +11,11 @@ import typer
 from smerge.cli.cgm import (ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
                             KeysOpt, MasterOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
                             VarsAOpt, VarsBOpt, VerboseOpt, WindowOpt)
-from smerge.cli.common import choose_route, delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, \
-    progress_enabled, record_route, run_guarded, split_list, tqdm_progress
+from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, \
+    progress_enabled, run_guarded, split_list, tqdm_progress
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt, apply_samples, sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: auto, see "
@@ -84,8 +84,8 @@ def rtm(
             raise UsageError("rtm needs B: give a second input to index for this run, or --server URL of a "
                              "running `smerge serve`")
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
-        from smerge.jobs import absolute_output, with_absolute_paths
-        from smerge.jobs.rtm import RTMJob, prepare_rtm, run_rtm
+        from smerge.jobs.pipeline import RunOptions, execute
+        from smerge.jobs.rtm import RTMJob
 
         job = RTMJob(
             a=a, b=b, server=server, token_file=token_file, tls_root_cert=tls_root_cert, output=output,
@@ -95,26 +95,10 @@ def rtm(
             kappa_max=kappa_max, overwrite=overwrite,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
-        spark_conf = parse_conf(conf)
-        # B behind --server is not read by this run: A's size (and B's, when a file) decides.
-        route = choose_route(local=local, master=master, inputs=(job.a, job.b), conf=spark_conf)
-        apply_samples((("--sample-a", sample_a, a), ("--sample-b", sample_b, b)), spark=route.spark, budget=budget)
-        if route.spark:  # executors resolve relative paths from their own working folder
-            job = with_absolute_paths(job)
-        check_plot(plot, overwrite=overwrite, inputs=(a, b))
-        prep = prepare_rtm(job)
-        if route.spark:
-            absolute_output(prep)
-        bar = tqdm_progress(progress_enabled(progress))
-        if not route.spark:
-            result = run_rtm(prep, progress=bar)
-        else:
-            from smerge.spark.rtm import run_rtm_spark
-
-            result = run_rtm_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
-                                   verbose=verbose)
-        sample_stats(result, (("a", a), ("b", b)))
-        record_route(result, route, job.stats)
+        result = execute(job, RunOptions(local=local, master=master, partitions=partitions, conf=parse_conf(conf),
+                                         progress=tqdm_progress(progress_enabled(progress)), verbose=verbose,
+                                         samples=(sample_a, sample_b), budget=budget),
+                         before_run=lambda j: check_plot(plot, overwrite=overwrite, inputs=(a, b)))
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)

@@ -11,11 +11,11 @@ import typer
 
 from smerge.cli.cgm import (ConfOpt, DebugOpt, JsonOpt, MasterOpt, OverwriteOpt,
                             ProgressOpt, StatsOpt, VerboseOpt)
-from smerge.cli.common import (choose_route, emit_stats, parse_conf, progress_enabled, record_route, run_guarded,
+from smerge.cli.common import (emit_stats, parse_conf, progress_enabled, run_guarded,
                                split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
-from smerge.cli.sampling import BudgetOpt, SampleOpt, apply_sample_all, wjoin_sample_stats  # noqa: E402
+from smerge.cli.sampling import BudgetOpt, SampleOpt  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 
@@ -98,9 +98,8 @@ def wjoin(
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
         check_int_range(batch_rows, "--batch-rows", 1, MAX_BATCH_ROWS)
         _check_bounds(window, pair_window or (), len(inputs))
-        from smerge.errors import UsageError
-        from smerge.jobs import absolute_output, with_absolute_paths
-        from smerge.jobs.wjoin import WJoinJob, prepare, run_local
+        from smerge.jobs.pipeline import RunOptions, execute
+        from smerge.jobs.wjoin import WJoinJob
 
         job = WJoinJob(
             inputs=tuple(inputs), time=split_list(time) or (), window=window, pair_windows=tuple(pair_window or ()),
@@ -109,25 +108,10 @@ def wjoin(
             method=method, output=output, format=format, overwrite=overwrite, stats=stats, batch_rows=batch_rows,
             command="smerge " + " ".join(shlex.quote(x) for x in sys.argv[1:]),
         )
-        spark_conf = parse_conf(conf)
-        route = choose_route(local=local, master=master, inputs=job.inputs, conf=spark_conf)
-        apply_sample_all(sample, inputs, spark=route.spark, budget=budget)
-        if route.spark:  # executors resolve relative paths from their own working folder
-            job = with_absolute_paths(job)
-        check_plot(plot, overwrite=overwrite, inputs=inputs)
-        prep = prepare(job)
-        if route.spark:
-            absolute_output(prep)
-        bar = tqdm_progress(progress_enabled(progress))
-        if not route.spark:
-            result = run_local(prep, progress=bar)
-        else:
-            from smerge.spark.wjoin import run_wjoin_spark
-
-            result = run_wjoin_spark(prep, master=route.master, partitions=partitions, conf=spark_conf, progress=bar,
-                                     verbose=verbose)
-        wjoin_sample_stats(result, inputs)
-        record_route(result, route, job.stats)
+        result = execute(job, RunOptions(local=local, master=master, partitions=partitions, conf=parse_conf(conf),
+                                         progress=tqdm_progress(progress_enabled(progress)), verbose=verbose,
+                                         samples=(sample,), budget=budget),
+                         before_run=lambda j: check_plot(plot, overwrite=overwrite, inputs=inputs))
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=wjoin_summary)
         return 0

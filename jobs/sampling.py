@@ -1,4 +1,4 @@
-"""``--sample-a/--sample-b`` (cgm, rtm), ``--sample`` (wjoin, count) and ``--budget``: read a fraction of archive inputs.
+"""Sampled reads of archive inputs (``--sample-a/--sample-b``, ``--sample``, ``--budget``) and their estimates.
 
 The fraction is handed to the archive backend before the inputs are opened
 (``archive_read.request_sample``); the statistics then give the fraction used per archive input
@@ -15,22 +15,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Annotated, Optional, Sequence
+from typing import Optional, Sequence
 
-import typer
-
-SampleAOpt = Annotated[Optional[str], typer.Option("--sample-a", help="Read fraction F in (0, 1] of A when A is an "
-                                                                      "archive folder (default 1: every record), or "
-                                                                      "auto: F per run to fit --budget.")]
-SampleBOpt = Annotated[Optional[str], typer.Option("--sample-b", help="Read fraction F in (0, 1] of B when B is an "
-                                                                      "archive folder (default 1: every record), or "
-                                                                      "auto: F per run to fit --budget.")]
-SampleOpt = Annotated[Optional[str], typer.Option("--sample", help="Read fraction F in (0, 1] of every input that "
-                                                                   "is an archive folder (default 1), or auto: F "
-                                                                   "per run to fit --budget.")]
-BudgetOpt = Annotated[Optional[str], typer.Option("--budget", help="With --sample auto: the seconds the archive "
-                                                                   "reads may take; the fraction of each next run "
-                                                                   "is set from the throughput measured so far.")]
 AUTO = "auto"
 
 

@@ -98,9 +98,7 @@ _LOG_RE = re.compile(r"smerge-spark-([0-9a-f]{10})-(\d+)\.log")
 _OLD_LOG_RE = re.compile(r"smerge-spark-\d+\.log")
 
 
-def under_spark_submit() -> bool:
-    """True when this process was launched by spark-submit (its JVM is already running)."""
-    return "PYSPARK_GATEWAY_PORT" in os.environ
+from smerge.jobs.route import under_spark_submit  # noqa: E402 (the one test, re-exported)
 
 
 def session_settings(master: str | None, conf: dict[str, str] | None, *, verbose: bool = False) -> dict[str, str]:

@@ -1,0 +1,190 @@
+"""The one run pipeline: Job -> route -> prepare -> run (in-process or on Spark) -> statistics.
+
+Every command that runs an engine goes through ``execute(job, options)``: ``smerge cgm``,
+``rtm`` and ``wjoin`` (one job each) and ``smerge batch`` (its jobs one after another, in one
+Spark session when they run on Spark). A CLI command is options -> Job -> ``execute`` -> print.
+What differs between engines is a row of ``ENGINES``: how a job of that kind is prepared and run,
+which inputs decide its route and which archive inputs it samples; the skeleton is written once:
+
+1. the route (``smerge.jobs.route``): ``--local``, ``--master``, spark-submit, or the inputs' size;
+2. sampled archive reads requested (``smerge.jobs.sampling``);
+3. on Spark, every local path made absolute (executors resolve paths from their own folder);
+4. prepare (inputs opened for their metadata, parameters and outputs checked) -- on Spark, for
+   inputs only Spark's readers open, inside the session;
+5. run in-process or on Spark, with the progress factory;
+6. the statistics every route reports alike: ``route`` (which route ran and why),
+   ``total_seconds`` (the whole run, the Spark session's start included), ``session_seconds``
+   (that start, 0 in-process), ``output`` as the user named it, the sampling estimates; the
+   ``--stats`` file rewritten with them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
+
+from smerge.jobs.route import Route, choose_route, under_spark_submit
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how to run a job (the options every engine command shares)."""
+
+    local: bool = False
+    master: str | None = None
+    partitions: int | None = None
+    conf: Mapping[str, str] = field(default_factory=dict)
+    progress: Callable | None = None
+    verbose: bool = False
+    spark: Any = None  # a running session to use (batch); it is not stopped
+    # --sample-a / --sample-b (cgm, rtm) or --sample (wjoin) as given, and --budget
+    samples: tuple = ()
+    budget: str | None = None
+
+
+@dataclass(frozen=True)
+class Engine:
+    """What the pipeline needs of one engine; every callable takes the job (or prepared run)."""
+
+    name: str
+    prepare: Callable  # job -> prepared run
+    run_local: Callable  # (prep, progress=) -> statistics
+    run_spark: Callable  # (prep, master=, partitions=, conf=, progress=, verbose=, spark=) -> statistics
+    inputs: Callable  # job -> the input paths that decide the route
+    request_samples: Callable  # (job, options, spark) -> None
+    sample_stats: Callable  # (result, job) -> None
+    spark_prepared: Callable = lambda job, conf: False  # True: prepared inside the session (URL inputs)
+
+
+def _cgm() -> Engine:
+    from smerge.jobs.cgm import prepare, run_local
+    from smerge.jobs.inputs import needs_spark_readers
+    from smerge.jobs.sampling import apply_samples, sample_stats
+
+    def run_spark(prep, **kw):
+        from smerge.spark.cgm import run_cgm_spark
+
+        return run_cgm_spark(prep, **kw)
+
+    return Engine(
+        name="cgm", prepare=prepare, run_local=run_local, run_spark=run_spark, inputs=lambda j: (j.a, j.b),
+        request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
+        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))),
+        spark_prepared=needs_spark_readers)
+
+
+def _rtm() -> Engine:
+    from smerge.jobs.rtm import prepare_rtm, run_rtm
+    from smerge.jobs.sampling import apply_samples, sample_stats
+
+    def run_spark(prep, **kw):
+        from smerge.spark.rtm import run_rtm_spark
+
+        return run_rtm_spark(prep, **kw)
+
+    return Engine(
+        name="rtm", prepare=prepare_rtm, run_local=run_rtm, run_spark=run_spark, inputs=lambda j: (j.a, j.b),
+        request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
+        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))))
+
+
+def _wjoin() -> Engine:
+    from smerge.jobs.sampling import apply_sample_all, wjoin_sample_stats
+    from smerge.jobs.wjoin import prepare, run_local
+
+    def run_spark(prep, **kw):
+        from smerge.spark.wjoin import run_wjoin_spark
+
+        return run_wjoin_spark(prep, **kw)
+
+    return Engine(
+        name="wjoin", prepare=prepare, run_local=run_local, run_spark=run_spark, inputs=lambda j: j.inputs,
+        request_samples=lambda j, o, spark: apply_sample_all(o.samples[0] if o.samples else None, j.inputs,
+                                                             spark=spark, budget=o.budget),
+        sample_stats=lambda r, j: wjoin_sample_stats(r, j.inputs))
+
+
+def _pairs(job, options: RunOptions):
+    a, b = (tuple(options.samples) + (None, None))[:2]
+    return (("--sample-a", a, job.a), ("--sample-b", b, job.b))
+
+
+ENGINES = {"CGMJob": _cgm, "RTMJob": _rtm, "WJoinJob": _wjoin}
+
+
+def engine_for(job) -> Engine:
+    try:
+        return ENGINES[type(job).__name__]()
+    except KeyError:
+        raise TypeError(f"no engine runs a {type(job).__name__}") from None
+
+
+def route_for(job, options: RunOptions) -> Route:
+    engine = engine_for(job)
+    spark_prepared = not options.local and engine.spark_prepared(job, dict(options.conf))
+    return choose_route(local=options.local, master=options.master, inputs=tuple(engine.inputs(job)),
+                        conf=dict(options.conf), spark_readers=spark_prepared)
+
+
+def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = None,
+            before_run: Callable[[Any], None] | None = None) -> dict:
+    """Run ``job`` (a ``CGMJob``, ``RTMJob`` or ``WJoinJob``) the way ``options`` say and return
+    its statistics. ``route``: decided already (``route_for``); ``before_run(job)``: a last check
+    by the caller once the route is known and paths are final (the CLI's ``--plot`` file)."""
+    t0 = time.perf_counter()
+    engine = engine_for(job)
+    conf = dict(options.conf)
+    spark_prepared = not options.local and engine.spark_prepared(job, conf)
+    route = route or route_for(job, options)
+    engine.request_samples(job, options, route.spark)
+    named_output = job.output
+    if route.spark:  # executors resolve relative paths from their own working folder
+        from smerge.jobs.paths import absolute_path, with_absolute_paths
+
+        job = with_absolute_paths(job)
+        if spark_prepared and job.output is None:
+            from smerge.jobs.outputs import default_output
+
+            job = replace(job, output=absolute_path(default_output(job.a, job.b)))
+    if before_run is not None:
+        before_run(job)
+    prep = job if spark_prepared else engine.prepare(job)
+    if route.spark and prep is not job:
+        from smerge.jobs.paths import absolute_output
+
+        absolute_output(prep)
+    if not route.spark:
+        result = engine.run_local(prep, progress=options.progress)
+    else:
+        master = route.master
+        if master is not None and under_spark_submit() and options.master in (None, "auto"):
+            master = None  # the master and settings spark-submit configured
+        result = engine.run_spark(prep, master=master, partitions=options.partitions, conf=conf,
+                                  progress=options.progress, verbose=options.verbose, spark=options.spark)
+    engine.sample_stats(result, job)
+    return finish(result, route, t0, named_output=named_output, stats_path=job.stats,
+                  overwrite=getattr(job, "overwrite", False))
+
+
+def finish(result: dict, route: Route, t0: float, *, named_output: str | None, stats_path: str | None,
+           overwrite: bool = False) -> dict:
+    """The statistics every route reports alike (see the module doc), and the ``--stats`` file."""
+    result["route"] = route.why
+    result["session_seconds"] = float(result.get("session_start_seconds") or 0.0)
+    result["total_seconds"] = time.perf_counter() - t0
+    out = result.get("output")
+    if isinstance(out, str) and os.path.isabs(out) and (named_output is None or not os.path.isabs(named_output)):
+        try:
+            result["output"] = os.path.relpath(out)  # as the user named it (or the default, in this folder)
+        except ValueError:
+            pass
+    if stats_path:
+        from smerge.jobs.outputs import write_stats
+
+        write_stats(stats_path, result)  # this run wrote (and claimed) it already: rewritten in place
+    return result
+
+
+__all__ = ["RunOptions", "Engine", "ENGINES", "engine_for", "route_for", "execute", "finish"]
