@@ -7,6 +7,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.remote import is_remote, open_file
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import InputError
 
@@ -24,7 +25,7 @@ class ArrowIPCBackend:
     def _batches(path: str) -> Iterator[pa.RecordBatch]:
         # Buffered reads, not a memory map: mapped pages of the whole file count in the process's
         # resident memory as the run goes on (659 MB at 8M records against 262 MB at 1M).
-        with pa.OSFile(path, "rb") as src:
+        with (open_file(path, "rb") if is_remote(path) else pa.OSFile(path, "rb")) as src:
             try:
                 reader = pa.ipc.open_file(src)
                 for i in range(reader.num_record_batches):
@@ -36,7 +37,7 @@ class ArrowIPCBackend:
 
     @staticmethod
     def _schema(path: str) -> pa.Schema:
-        with pa.memory_map(path) as src:
+        with (open_file(path, "rb") if is_remote(path) else pa.memory_map(path)) as src:
             try:
                 return pa.ipc.open_file(src).schema
             except pa.ArrowInvalid:
@@ -48,7 +49,7 @@ class ArrowIPCBackend:
         try:
             file_schema = self._schema(path)
         except (OSError, pa.ArrowException) as e:
-            with open(path, "rb") as f:
+            with open_file(path, "rb") as f:
                 head = f.read(8)
             if not head:
                 raise InputError(f"{path}: is empty (0 bytes), not an Arrow IPC file; "

@@ -15,6 +15,7 @@ from typing import Iterator, Sequence
 import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.remote import is_remote, open_file, source
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import InputError
 
@@ -30,7 +31,7 @@ def _block_size(path: str) -> int:
     """Arrow's CSV reader needs the header line (and each row) within one block: a block of at
     least four header lines (1 MiB at least); a header longer than MAX_HEADER_BYTES is refused."""
     n = 0
-    with open(path, "rb") as f:
+    with open_file(path, "rb") as f:
         while n <= MAX_HEADER_BYTES:
             chunk = f.read(1 << 20)
             i = chunk.find(b"\n")
@@ -62,7 +63,7 @@ class CSVBackend:
     def _delimiter(self, path: str) -> str:
         delim = "\t" if path.lower().endswith(".tsv") else ","
         if not path.lower().endswith((".csv", ".tsv")):
-            with open(path, "rb") as f:
+            with open_file(path, "rb") as f:
                 head = f.readline(65536)
             if b"\t" in head and b"," not in head:
                 delim = "\t"
@@ -76,8 +77,8 @@ class CSVBackend:
         parse = pcsv.ParseOptions(delimiter=self._delimiter(path))
         block = _block_size(path)
         if not offset:
-            return pcsv.open_csv(path, read_options=pcsv.ReadOptions(block_size=block), parse_options=parse)
-        stream = pa.OSFile(path, "rb")
+            return pcsv.open_csv(source(path), read_options=pcsv.ReadOptions(block_size=block), parse_options=parse)
+        stream = open_file(path, "rb") if is_remote(path) else pa.OSFile(path, "rb")
         stream.seek(offset)
         return pcsv.open_csv(stream, read_options=pcsv.ReadOptions(block_size=block, column_names=schema.names),
                              parse_options=parse,
@@ -87,7 +88,7 @@ class CSVBackend:
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
         from smerge.datasets.base import MAGIC_BYTES, _is_text
 
-        with open(path, "rb") as f:
+        with open_file(path, "rb") as f:
             head = f.read(MAGIC_BYTES)
             if not head:
                 raise InputError(f"{path}: is empty (0 bytes), not a CSV file with a header row; write it again, "
@@ -158,7 +159,7 @@ def row_offset(path: str, row: int) -> int:
     pos = 0
     prev_nl = -1  # file offset of the last line end seen
     prev_byte = -1  # the byte just before the current block
-    with open(path, "rb", buffering=0) as f:
+    with (open_file(path, "rb") if is_remote(path) else open(path, "rb", buffering=0)) as f:
         while True:
             block = f.read(LINE_BLOCK)
             if not block:

@@ -124,3 +124,22 @@ def test_bad_object_store_inputs_are_one_line(s3, s3_server, tmp_path, capsys, m
     remote._kind.cache_clear()
     se, took = _errors(capsys, tmp_path, f"s3://{bucket}/g.nc", ok)
     assert f"cannot reach {dead}" in se and took < 30
+
+
+@pytest.mark.parametrize("ext", ["csv", "arrow", "parquet"])
+def test_tables_on_s3_read_as_the_local_file(ext, s3, tmp_path):
+    import pyarrow.csv as pcsv
+    import pyarrow.feather as feather
+
+    bucket, fs = s3
+    n = 5000
+    t = pa.table({"time": np.arange(n, dtype="i8"), "x": np.linspace(0, 1, n), "v": np.arange(n) % 7 * 1.5})
+    local = tmp_path / f"t.{ext}"
+    {"csv": lambda: pcsv.write_csv(t, local), "arrow": lambda: feather.write_feather(t, local),
+     "parquet": lambda: pq.write_table(t, local, row_group_size=1000)}[ext]()
+    fs.put(str(local), f"{bucket}/t.{ext}")
+    want = open_input(str(local), keys=["time"], batch_rows=700)
+    got = open_input(f"s3://{bucket}/t.{ext}", keys=["time"], batch_rows=700)
+    assert pa.Table.from_batches(list(got.batches())).equals(pa.Table.from_batches(list(want.batches())))
+    assert pa.Table.from_batches(list(got.batches(1200, 3100))).equals(
+        pa.Table.from_batches(list(want.batches(1200, 3100))))
