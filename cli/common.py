@@ -183,13 +183,23 @@ def merge_summary(s: dict) -> str:
         lines.append(f"  windows   {s['report_windows']:,} report windows, kappa min "
                      f"{kmin:.4f}, moving drop rate max {s['drop_rate_moving_max']:.4f}")
     if "kappa_max" in s:
-        lines.append(f"  kappa_max {s['kappa_max']:.4f} (match rate with an unbounded window)")
+        method = s.get("kappa_max_method") or ""
+        what = "an upper bound" if method.startswith("bound") else "the most any run can pair"
+        lines.append(f"  kappa_max {s['kappa_max']:.4f} (ceiling: {what}; {method})")
+        if s.get("kappa_greedy") is not None:
+            lines.append(f"  greedy    {s['kappa_greedy']:.4f} (unbounded-window sweep; a window can pass it)")
         if s["kappa_max"] - s["match_pct"] / 100 > 0.01:
             stored = s.get("b_order") == "as stored"
-            lines.append(f"  shortfall {s['kappa_max'] - s['match_pct'] / 100:.2%} of A below kappa_max: B's partners "
-                         "arrived outside the window" + (" (B is read as stored: only gridded netCDF inputs keyed by "
-                                                         "their dimensions are read in A's order)" if stored else "")
-                         + "; a larger --window, or smerge rtm, finds them")
+            rec = s.get("recover")
+            why = {"window": "B's partners arrived outside the window",
+                   "increment": "the window held the partners, but records a behind window evicted to make up K were still to be paired",
+                   "rtm": "B's partners arrived outside any cheap window" if rec and rec.get("window_needed", 0)
+                   > s.get("params", {}).get("window_size", 0) else "the window's sweep pairs greedily"}
+            lines.append(f"  shortfall {s['kappa_max'] - s['match_pct'] / 100:.2%} of A below kappa_max: "
+                         + (why[rec["change"]] if rec else "B's partners arrived outside the window")
+                         + (" (B is read as stored: only gridded netCDF inputs keyed by their dimensions are read in "
+                            "A's order)" if stored else "")
+                         + (f"; recover with {rec['command']}" if rec else "; a larger --window, or smerge rtm, finds them"))
     if "delta_ok" in s:
         verdict = "ok" if s["delta_ok"] else "VIOLATED"
         lines.append(f"  delta     {s['params'].get('delta')} over {s['params'].get('delta_windows')} windows: {verdict}")

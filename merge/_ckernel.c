@@ -275,6 +275,74 @@ i64 smerge_sweep_until_dry(double *ak, i64 *ar, i64 na, double *bk, i64 *br, i64
     return total;
 }
 
+/* Maximum matching of one key (the ceiling of kappa, spec section 4, for d = 1): a[0..na) and
+ * b[0..nb) sorted ascending; A record x may pair with B record y when |x - y| <= eps. Every A
+ * interval [x - eps, x + eps] has the same length, so in A's order the intervals are also in
+ * order of their right ends, and giving each the smallest free B point inside it is optimal
+ * (the earliest-deadline greedy for points and intervals); a B point left of an interval is left
+ * of every later one. O(na + nb). */
+i64 smerge_match_1d(const double *a, i64 na, const double *b, i64 nb, double eps) {
+    i64 j = 0, m = 0;
+    for (i64 i = 0; i < na && j < nb; i++) {
+        while (j < nb && b[j] < a[i] - eps) j++;
+        if (j < nb && b[j] <= a[i] + eps) { m++; j++; }
+    }
+    return m;
+}
+
+/* Maximum matching of a bipartite graph (Hopcroft-Karp): A vertices 0..na, B vertices 0..nb,
+ * the B neighbours of A vertex v are adj[start[v] .. start[v+1]). match_a (na), match_b (nb)
+ * are filled (-1: free); dist, it, stack: na each; queue: na. Returns the matching's size. */
+i64 smerge_hopcroft_karp(i64 na, i64 nb, const i64 *start, const i64 *adj, i64 *match_a, i64 *match_b,
+                         i64 *dist, i64 *it, i64 *stack, i64 *queue) {
+    const i64 INF = INT64_MAX;
+    i64 size = 0;
+    for (i64 v = 0; v < na; v++) match_a[v] = -1;
+    for (i64 w = 0; w < nb; w++) match_b[w] = -1;
+    for (i64 v = 0; v < na; v++)  /* greedy start */
+        for (i64 e = start[v]; e < start[v + 1]; e++)
+            if (match_b[adj[e]] < 0) { match_b[adj[e]] = v; match_a[v] = adj[e]; size++; break; }
+    for (;;) {
+        i64 head = 0, tail = 0;
+        for (i64 v = 0; v < na; v++) {
+            if (match_a[v] < 0 && start[v + 1] > start[v]) { dist[v] = 0; queue[tail++] = v; }
+            else dist[v] = INF;
+        }
+        int found = 0;
+        while (head < tail) {
+            i64 v = queue[head++];
+            for (i64 e = start[v]; e < start[v + 1]; e++) {
+                i64 u = match_b[adj[e]];
+                if (u < 0) found = 1;
+                else if (dist[u] == INF) { dist[u] = dist[v] + 1; queue[tail++] = u; }
+            }
+        }
+        if (!found) break;
+        for (i64 v = 0; v < na; v++) it[v] = start[v];
+        for (i64 v0 = 0; v0 < na; v0++) {
+            if (match_a[v0] >= 0 || dist[v0] != 0) continue;
+            i64 top = 0;
+            stack[top++] = v0;
+            while (top > 0) {
+                i64 v = stack[top - 1];
+                if (it[v] >= start[v + 1]) { dist[v] = INF; top--; if (top) it[stack[top - 1]]++; continue; }
+                i64 w = adj[it[v]], u = match_b[w];
+                if (u < 0) {  /* augment along the stack */
+                    for (i64 t = top - 1; t >= 0; t--) {
+                        i64 av = stack[t], bw = adj[it[av]];
+                        match_a[av] = bw; match_b[bw] = av;
+                    }
+                    size++;
+                    break;
+                }
+                if (dist[u] != INF && dist[u] == dist[v] + 1) stack[top++] = u;
+                else it[v]++;
+            }
+        }
+    }
+    return size;
+}
+
 static struct PyModuleDef ckernel_module = {
     PyModuleDef_HEAD_INIT, "_ckernel",
     "C kernels of smerge's merge engines; called through ctypes (see merge/_kernel.py).", -1, NULL,

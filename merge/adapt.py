@@ -1,30 +1,31 @@
 """Adaptive delta control (spec ENGINES.md section 10): the K of CGM between report windows.
 
 CGM's least increments K_A, K_B trade time for matches (the paper's Figure 5): a pass of a
-behind window retires at least K records, so a larger K means fewer passes, but the records
-evicted to make up K are dropped unmatched. With a delta target, ``DeltaController`` looks at
-each report window's drop rate when it closes and sets the K of the next one, so that the moving
-drop rate (1 - Delta_{m,n}, over the last m report windows) stays at or under delta with K as
-large as that allows. The rule (docs/cgm.md, "Adaptive K"):
+behind window retires at least K records, the records evicted to make up K are dropped
+unmatched, and their partners, arriving later, are dropped too (a cascade no later K undoes).
+Measured on gen data (docs/cgm.md, "Adaptive K"), the drop rate against K is a cliff: every K
+under it drops nothing and runs the same passes (a pass matches more than K, K does not bind),
+every K over it cascades. K only buys time when it binds *and* the records it evicts are
+unmatchable anyway (records without a partner fill the window until each pass retires only K).
+``DeltaController`` therefore starts low and grows K only on evidence that it is safe:
 
-- *too many drops*: the window's drop rate is over delta / 2 (and, within m windows of the
-  last decrease, over the drop rate that caused it): halve K (at least 1), and the K that
-  dropped too many becomes a *ceiling*: K stays at least one step under it (the ceiling is never
-  under the halved K). Records whose partner was evicted are dropped later whatever K is, so
-  the drops that echo a decrease do not halve K again unless they grow;
-- *comfortably under*: the window's and the moving drop rate are both at most delta / 4:
-  K grows, up to the ceiling, by one step, N / 20 (at least 1), when the window dropped
-  nothing (K did not bind: no record of A was evicted), else by a fifth of a step (K binds:
-  a larger K evicts more, so it creeps towards the rate where drops cascade);
-- otherwise K stays;
-- after 4m comfortable windows in a row at the ceiling, the ceiling rises by one step (the data
-  may have become better ordered, so K probes upward again).
+- *start*: K = min(the given K, N / 32) (at least 1): under the cliff of every gen case
+  measured, and no slower there than any K (K does not bind);
+- *K does not bind* (the window dropped nothing): K stays: a larger K changes nothing;
+- *probe*: the window dropped something, and both it and the moving drop rate are at most
+  delta / 2: K doubles (a binding K with drops to spare: unmatchable records are in the way),
+  never above the ceiling;
+- *cascade*: a window over delta / 2 right after a doubling (or over twice the drop rate seen
+  before it, plus delta / 8): K returns to the K before the doubling, which becomes the
+  ceiling for the rest of the run (never probe above a K that cascaded), and K holds for m
+  windows (the partners of evicted records are dropped later whatever K is);
+- *too many drops* otherwise (over delta / 2, not an echo of a cascade within m windows):
+  K halves, not under a floor of start / 2, and the halved K becomes the ceiling; when even the floor drops too many, delta is out of reach of any K on this data and
+  K stays (a smaller K would only cost passes).
 
-K_A and K_B move by the same rule (each halved, each grown by the step), bounded to [1, N]; the
-starting values are the K's of the parameters. A decrease acts on the next pass; one window with
-too many drops adds its drop rate / m to the moving average: windows held under delta / 2 keep
-it under delta with room for one such window in every m.
+K_A and K_B move together (each doubled or halved, bounded to [1, N]).
 """
+
 
 from __future__ import annotations
 
@@ -32,11 +33,9 @@ from collections import deque
 
 from smerge.merge.params import CGMParams
 
-TOO_MANY = 0.5      # a window dropping more than TOO_MANY x delta halves K
-COMFORT = 0.25      # K grows while the window's and the moving drop rate are <= COMFORT x delta
-STEP_FRACTION = 20  # the additive step is N / STEP_FRACTION
-CREEP = 5           # ... divided by CREEP when the window dropped something
-CEILING_PATIENCE = 4  # ceiling rises one step after CEILING_PATIENCE x m comfortable windows at it
+START_FRACTION = 32  # start at K = min(given K, N / START_FRACTION)
+TOO_MANY = 0.5       # a window dropping more than TOO_MANY x delta is too many
+FLOOR_DIVISOR = 2    # K never halves under start / FLOOR_DIVISOR
 
 
 class DeltaController:
@@ -52,38 +51,41 @@ class DeltaController:
         self.delta = float(params.delta)
         self.m = params.delta_windows
         self.k_min, self.k_max = params.adapt_k_range
-        self.step = max(1, params.window_size // STEP_FRACTION)
-        self.ks: tuple[int, int] = (params.least_increment_a, params.least_increment_b)
+        n = params.window_size
+        start = max(self.k_min, n // START_FRACTION)
+        self.ks: tuple[int, int] = (min(params.least_increment_a, start), min(params.least_increment_b, start))
+        self.floor = tuple(max(self.k_min, k // FLOOR_DIVISOR) for k in self.ks)
         self.ceiling: list[int] = [self.k_max, self.k_max]
         self.recent: deque[float] = deque(maxlen=self.m)
-        self.calm_at_ceiling = 0
         self.windows = 0
-        self.last_decrease: tuple[int, float] | None = None  # (window, drop rate that caused it)
+        self.probe: tuple[tuple[int, int], float] | None = None  # (K before the doubling, its drop rate)
+        self.hold_until = 0  # no change before this window (echoes of a cascade)
 
     def update(self, kappa: float) -> tuple[int, int]:
         drop = 1.0 - kappa
         self.recent.append(drop)
         moving = sum(self.recent) / len(self.recent)
-        ks = list(self.ks)
         self.windows += 1
-        echo = (self.last_decrease is not None and self.windows - self.last_decrease[0] <= self.m
-                and drop <= self.last_decrease[1])
-        if drop > TOO_MANY * self.delta and not echo:
-            self.last_decrease = (self.windows, drop)
-            for s in (0, 1):
-                halved = max(self.k_min, ks[s] // 2)
-                self.ceiling[s] = max(halved, min(self.ceiling[s], ks[s] - self.step))
-                ks[s] = halved
-            self.calm_at_ceiling = 0
-        elif drop <= COMFORT * self.delta and moving <= COMFORT * self.delta:
-            at_ceiling = all(ks[s] >= self.ceiling[s] for s in (0, 1))
-            if at_ceiling:
-                self.calm_at_ceiling += 1
-                if self.calm_at_ceiling >= CEILING_PATIENCE * self.m:
-                    self.ceiling = [min(self.k_max, c + self.step) for c in self.ceiling]
-                    self.calm_at_ceiling = 0
-            grow = self.step if drop <= 0.0 else max(1, self.step // CREEP)
-            for s in (0, 1):
-                ks[s] = max(self.k_min, min(self.ceiling[s], ks[s] + grow))
+        ks = list(self.ks)
+        probe, self.probe = self.probe, None
+        high = drop > TOO_MANY * self.delta
+        if probe is not None and (high or drop > 2 * probe[1] + self.delta / 8):
+            # the doubling cascaded: back to the K before it, for good
+            ks = list(probe[0])
+            self.ceiling = [max(self.k_min, k) for k in ks]
+            self.hold_until = self.windows + self.m
+        elif self.windows < self.hold_until:
+            pass
+        elif high:
+            halved = [max(self.floor[s], ks[s] // 2) for s in (0, 1)]
+            if halved != ks:
+                self.ceiling = [min(self.ceiling[s], halved[s]) for s in (0, 1)]
+                self.hold_until = self.windows + self.m
+            ks = halved
+        elif drop > 0.0 and moving <= TOO_MANY * self.delta:
+            grown = [min(self.ceiling[s], self.k_max, 2 * ks[s]) for s in (0, 1)]
+            if grown != ks:
+                self.probe = (self.ks, drop)
+            ks = grown
         self.ks = (ks[0], ks[1])
         return self.ks

@@ -19,6 +19,7 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
 from smerge.merge.adapt import DeltaController
+from smerge.merge.ceiling import kappa_figures
 from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
@@ -102,15 +103,19 @@ class _Side:
 
 
 def kappa_max_pairs(keys_a: np.ndarray, rows_a: np.ndarray, keys_b: np.ndarray, rows_b: np.ndarray,
-                    eps: tuple[float, ...]) -> int:
-    """Pairs of the unbounded-window merge (spec section 4). Holds all keys in memory."""
+                    eps: tuple[float, ...], return_pairs: bool = False):
+    """Pairs of the unbounded-window merge (spec section 4): the sweep of the whole sorted streams
+    repeated until dry. Greedy: a windowed run can pair more (``merge.ceiling`` gives the true
+    ceiling); reported as ``kappa_greedy``. Holds all keys in memory. With ``return_pairs``:
+    (count, A row ids, B row ids)."""
     oa = _kernel.argsort_keys(keys_a, rows_a)
     ob = _kernel.argsort_keys(keys_b, rows_b)
     cap = min(len(rows_a), len(rows_b)) + 1
     pa_, pb_ = np.empty(cap, np.int64), np.empty(cap, np.int64)
-    return int(_kernel.sweep_until_dry(np.ascontiguousarray(keys_a[oa]), rows_a[oa],
-                                       np.ascontiguousarray(keys_b[ob]), rows_b[ob],
-                                       np.asarray(eps, np.float64), pa_, pb_))
+    n = int(_kernel.sweep_until_dry(np.ascontiguousarray(keys_a[oa]), np.asarray(rows_a)[oa],
+                                    np.ascontiguousarray(keys_b[ob]), np.asarray(rows_b)[ob],
+                                    np.asarray(eps, np.float64), pa_, pb_))
+    return (n, pa_[:n], pb_[:n]) if return_pairs else n
 
 
 def cgm_merge(
@@ -172,8 +177,8 @@ def cgm_merge(
     work = np.empty(4 * n, np.int64)
     report = ReportWindows(n)
     yield_seconds = 0.0
-    ks = (params.least_increment_a, params.least_increment_b)
     control = DeltaController(params) if params.adapt else None
+    ks = control.ks if control is not None else (params.least_increment_a, params.least_increment_b)
     k_windows = stats.k_windows = []
 
     def log_passes() -> None:
@@ -282,8 +287,7 @@ def cgm_merge(
         ra = np.concatenate(A.all_rows) if A.all_rows else np.empty(0, np.int64)
         kb = np.concatenate(B.all_keys) if B.all_keys else np.empty((0, d))
         rb = np.concatenate(B.all_rows) if B.all_rows else np.empty(0, np.int64)
-        pairs = kappa_max_pairs(np.ascontiguousarray(ka), ra, np.ascontiguousarray(kb), rb, params.eps)
-        stats.kappa_max = pairs / A.records if A.records else 1.0
+        stats.set_kappa(kappa_figures(ka, ra, kb, rb, params.eps, A.records))
     stats.check_accounting()
     stats.merge_seconds = time.perf_counter() - t_start - A.wait_seconds - B.wait_seconds - yield_seconds
 

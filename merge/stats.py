@@ -111,13 +111,23 @@ class MergeStats:
     kappas: list[float] = field(default_factory=list)
     report_counts: list[tuple[int, int]] = field(default_factory=list)  # (matched, retired) per report window
     k_windows: list[tuple[int, int]] = field(default_factory=list)  # (K_A, K_B) in force per report window
-    kappa_max: float | None = None
+    kappa_max: float | None = None  # the ceiling (merge.ceiling): no run can pass it
+    kappa_max_method: str | None = None
+    kappa_greedy: float | None = None  # the unbounded-window merge (greedy: a run can pass it)
+    window_needed: int | None = None  # least N under which all but one point of A's pairs arrive
     fetch_seconds: float = 0.0
     merge_seconds: float = 0.0
     write_seconds: float = 0.0
     total_seconds: float = 0.0
     params: dict = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+
+    def set_kappa(self, figures: dict) -> None:
+        """The figures of ``merge.ceiling.kappa_figures``."""
+        self.kappa_max = figures["kappa_max"]
+        self.kappa_max_method = figures["kappa_max_method"]
+        self.kappa_greedy = figures["kappa_greedy"]
+        self.window_needed = figures.get("window_needed")
 
     def check_accounting(self) -> None:
         """Exact accounting (spec section 2): matched + unmatched = read, for both inputs."""
@@ -169,8 +179,53 @@ class MergeStats:
             del out["delta_ok"]
         if self.kappa_max is None:
             del out["kappa_max"]
+        else:
+            out["kappa_max_method"] = self.kappa_max_method
+            out["kappa_greedy"] = self.kappa_greedy
+            hint = recover_hint(self.algorithm, overall if self.a_records else 1.0, self.kappa_max,
+                                self.window_needed, self.params)
+            if hint is not None:
+                out["recover"] = hint
         out.update(self.extra)
         return out
+
+
+RECOVER_POINT = 0.01  # a recovery hint when the match rate is more than one point (of A) under the ceiling
+HINT_MAX_WINDOW = 10_000_000  # a window past this is not a cheap change: smerge rtm instead
+SAFE_K_FRACTION = 32  # K <= N / 32: under the drop cliff in every gen case measured (docs/cgm.md)
+
+
+def _round_up(x: int) -> int:
+    """x rounded up to two significant digits."""
+    step = 10 ** max(0, len(str(int(x))) - 2)
+    return -(-int(x) // step) * step
+
+
+def recover_hint(algorithm: str, rate: float, kappa_max: float | None, window_needed: int | None,
+                 params: dict) -> dict | None:
+    """The cheapest change that would bring a CGM run within one point of the ceiling, from what
+    the run measured: ``window_needed`` (the stream distance under which all but one point of A's
+    pairs arrive). A window under it: ``--window`` that distance (with K <= N / 32), or ``smerge
+    rtm`` past ``HINT_MAX_WINDOW``; a window over it: the drops came from evictions, so a smaller
+    least increment ``--increment N / 32``; when K is already that small, ``smerge rtm`` (its
+    sweep refills pages and pairs what CGM's window sweep misses). None within one point."""
+    if kappa_max is None or algorithm != "cgm" or kappa_max - rate <= RECOVER_POINT or window_needed is None:
+        return None
+    n = int(params.get("window_size", 0))
+    k = max(int(params.get("least_increment_a", 1)), int(params.get("least_increment_b", 1)))
+    gap = kappa_max - rate
+    if window_needed > n:
+        if window_needed > HINT_MAX_WINDOW:
+            return {"change": "rtm", "command": "smerge rtm", "shortfall": gap, "window_needed": window_needed}
+        n2 = _round_up(window_needed)
+        k2 = max(1, n2 // SAFE_K_FRACTION)
+        return {"change": "window", "window_size": n2, "least_increment": k2,
+                "command": f"--window {n2} --increment {k2}", "shortfall": gap, "window_needed": window_needed}
+    k2 = max(1, n // SAFE_K_FRACTION)
+    if k2 < k or params.get("adapt"):
+        return {"change": "increment", "least_increment": k2, "command": f"--increment {k2}", "shortfall": gap,
+                "window_needed": window_needed}
+    return {"change": "rtm", "command": "smerge rtm", "shortfall": gap, "window_needed": window_needed}
 
 
 @dataclass
