@@ -19,7 +19,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, choose_route, parse_conf, parse_eps,
-                               progress_enabled, record_route, run_guarded, split_list, tqdm_progress)
+                               progress_enabled, run_guarded, split_list, tqdm_progress)
 from smerge.errors import SmergeError, UsageError
 
 app = typer.Typer(add_completion=False)
@@ -163,6 +163,8 @@ def batch(
     conf: Annotated[Optional[list[str]], typer.Option("--conf", help="Spark setting KEY=VALUE (repeatable; overrides the file).")] = None,
     local: Annotated[bool, typer.Option("--local", help="Run every job in-process, no JVM.")] = False,
     summary: Annotated[Optional[str], typer.Option("--summary", help="Summary JSON path (default <JOBS>.summary.json).")] = None,
+    stats: Annotated[Optional[str], typer.Option("--stats", help="The run's statistics JSON: the summary (the same "
+                                                                  "file as --summary).")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary JSON instead of one line per job.")] = False,
     progress: Annotated[Optional[bool], typer.Option("--progress/--no-progress", help="Progress bar on stderr.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", help="Show Spark's own log output.")] = False,
@@ -171,8 +173,11 @@ def batch(
     """Run several CGM merges from a TOML file in one Spark session (or, small inputs, in-process); one stats JSON per job."""
 
     def body() -> int:
+        t_run = time.perf_counter()
+        if summary is not None and stats is not None:
+            raise UsageError("--stats and --summary name the same file (the run's statistics): give one")
         spark_cfg, jobs = load_jobs(jobs_file)
-        summary_path = summary or f"{os.path.splitext(jobs_file)[0]}.summary.json"
+        summary_path = summary or stats or f"{os.path.splitext(jobs_file)[0]}.summary.json"
         check_batch_paths(jobs, summary_path, jobs_file)
         file_conf = spark_cfg.get("conf", {})
         if not isinstance(file_conf, dict):
@@ -203,26 +208,19 @@ def batch(
                 rec: dict[str, Any] = {"name": j["name"], "a": j["a"], "b": j["b"]}
                 t = time.perf_counter()
                 try:
-                    from smerge.jobs import needs_spark_readers, prepare, run_local, with_absolute_paths
+                    from smerge.jobs.pipeline import RunOptions, execute
 
                     cj = make_job(j)  # paths in the file are already absolute (load_jobs)
-                    if on_spark:
-                        cj = with_absolute_paths(cj)
                     rec["output"], rec["stats"] = cj.output, cj.stats
-                    prep = cj if on_spark and needs_spark_readers(cj, spark_conf) else prepare(cj)
-                    if not on_spark:
-                        result = run_local(prep, progress=bar)
-                    else:
-                        from smerge.spark.cgm import run_cgm_spark
+                    if on_spark and session is None:
                         from smerge.spark.session import split_conf, start_session
 
-                        if session is None:
-                            t0 = time.perf_counter()
-                            session = start_session(the_master, split_conf(spark_conf)[0], verbose=verbose)
-                            session_seconds = time.perf_counter() - t0
-                        result = run_cgm_spark(prep, partitions=j.get("partitions", default_parts),
-                                               conf=spark_conf, progress=bar, spark=session)
-                    record_route(result, route, cj.stats)
+                        t0 = time.perf_counter()
+                        session = start_session(the_master, split_conf(spark_conf)[0], verbose=verbose)
+                        session_seconds = time.perf_counter() - t0
+                    # the file's route for every job, in the one session: the pipeline of every command
+                    result = execute(cj, RunOptions(partitions=j.get("partitions", default_parts), conf=spark_conf,
+                                                    progress=bar, verbose=verbose, spark=session), route=route)
                     rec.update(status="delta_violated" if result.get("delta_ok") is False else "ok",
                                matched=result["matched"], a_records=result["a_records"],
                                b_records=result["b_records"], match_pct=result["match_pct"],
@@ -246,7 +244,8 @@ def batch(
             EXIT_DELTA if any(r["status"] == "delta_violated" for r in records) else EXIT_OK)
         doc = {"jobs_file": os.path.abspath(jobs_file), "execution": "spark" if on_spark else "local",
                "master": the_master if on_spark else None, "route": route.why,
-               "session_start_seconds": session_seconds,
+               "session_seconds": session_seconds, "session_start_seconds": session_seconds,
+               "total_seconds": time.perf_counter() - t_run,
                "jobs": records, "ok": sum(r["status"] == "ok" for r in records),
                "delta_violated": sum(r["status"] == "delta_violated" for r in records),
                "failed": sum(r["status"] == "failed" for r in records), "exit_code": code}

@@ -136,8 +136,8 @@ def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = No
     t0 = time.perf_counter()
     engine = engine_for(job)
     conf = dict(options.conf)
-    spark_prepared = not options.local and engine.spark_prepared(job, conf)
     route = route or route_for(job, options)
+    spark_prepared = route.spark and engine.spark_prepared(job, conf)
     engine.request_samples(job, options, route.spark)
     named_output = job.output
     if route.spark:  # executors resolve relative paths from their own working folder
