@@ -133,9 +133,9 @@ def ceiling_pairs(ka: np.ndarray, kb: np.ndarray, eps) -> tuple[int, str]:
     """(pairs, method): the size of a maximum matching of the eps-graph of A's and B's keys
     (NaN-free), exact, or the smallest one-key maximum matching (an upper bound) when the graph
     exceeds the memory budget; see the module's docstring."""
-    ka = np.asarray(ka, np.float64).reshape(ka.shape[0], -1)
-    kb = np.asarray(kb, np.float64).reshape(kb.shape[0], -1)
     eps = tuple(float(e) for e in eps)
+    ka = np.asarray(ka, np.float64).reshape(len(ka), len(eps))
+    kb = np.asarray(kb, np.float64).reshape(len(kb), len(eps))
     if ka.shape[0] == 0 or kb.shape[0] == 0:
         return 0, METHOD_1D if len(eps) == 1 else METHOD_GRAPH
     if len(eps) == 1:
@@ -158,8 +158,9 @@ def kappa_figures(ka: np.ndarray, ra: np.ndarray, kb: np.ndarray, rb: np.ndarray
     record must wait in its window for the later one)."""
     from smerge.merge.cgm import kappa_max_pairs
 
-    ka = np.ascontiguousarray(ka, np.float64).reshape(ka.shape[0], -1)
-    kb = np.ascontiguousarray(kb, np.float64).reshape(kb.shape[0], -1)
+    d = len(tuple(eps))
+    ka = np.ascontiguousarray(ka, np.float64).reshape(len(ka), d)
+    kb = np.ascontiguousarray(kb, np.float64).reshape(len(kb), d)
     greedy, pa_, pb_ = kappa_max_pairs(ka, ra, kb, rb, eps, return_pairs=True)
     ceiling, method = ceiling_pairs(ka, kb, eps)
     ceiling = max(ceiling, greedy)  # equal or larger by construction; a guard against float edge cases

@@ -19,6 +19,8 @@ formats are written from the Arrow parts; the staging directory is removed also 
 
 from __future__ import annotations
 
+import json
+
 import os
 import threading
 import time
@@ -115,8 +117,9 @@ def _merge_frames(spark, plan: MergePlan, frames: dict, scans: dict, progress) -
     return [results.get(p) or _empty_result(p) for p in range(P)]
 
 
-def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> float:
-    """kappa_max of frame inputs, in one task that gets both inputs' keys (as ``_kappa_max``)."""
+def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> dict:
+    """The --kappa-max figures of frame inputs (``merge.ceiling.kappa_figures``, as --local), in
+    one task that gets both inputs' keys (as ``_kappa_max``)."""
     from smerge.spark.frames import ROW, tagged_frame
 
     def keyed(side):
@@ -125,7 +128,7 @@ def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> floa
         return t.select(*[f"`{k}`" for k in src.keys], ROW, "_salt")
 
     def task(key, left: pa.Table, right: pa.Table) -> pa.Table:
-        from smerge.merge.cgm import kappa_max_pairs
+        from smerge.merge.ceiling import kappa_figures
         from smerge.merge.keys import key_matrix
 
         out = []
@@ -139,14 +142,13 @@ def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> floa
         ka, ra = np.ascontiguousarray(ka[o]), ra[o]
         o = np.argsort(rb, kind="stable")
         kb, rb = np.ascontiguousarray(kb[o]), rb[o]
-        pairs = kappa_max_pairs(ka, ra, kb, rb, plan.params.eps)
-        return pa.table({"k": pa.array([pairs / na if na else 1.0], pa.float64())})
+        return pa.table({"k": pa.array([json.dumps(kappa_figures(ka, ra, kb, rb, plan.params.eps, na))])})
 
     a, b = keyed("a"), keyed("b")
     with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
         rows = spark_action("--kappa-max")(
-            lambda: a.groupBy("_salt").cogroup(b.groupBy("_salt")).applyInArrow(task, "k double").collect())
-    return rows[0].k if rows else 1.0
+            lambda: a.groupBy("_salt").cogroup(b.groupBy("_salt")).applyInArrow(task, "k string").collect())
+    return json.loads(rows[0].k)
 
 
 def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
@@ -239,7 +241,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
     stats.k_windows = [tuple(k) for r in results for k in r.get("k_windows", ())]
     stats.check_accounting()
     if job.kappa_max:
-        stats.kappa_max = _frames_kappa_max(spark, plan, frames, scans) if frames else _kappa_max(sc, plan)
+        stats.set_kappa(_frames_kappa_max(spark, plan, frames, scans) if frames else _kappa_max(sc, plan))
     stats.fetch_seconds = plan_seconds + sum(r.get("read_seconds", 0.0) for r in results)
     stats.merge_seconds = sum(r["merge_seconds"] for r in results)
     stats.write_seconds = sum(r["write_seconds"] for r in results) + assemble_seconds
@@ -346,11 +348,12 @@ def _task_threads(own: dict, sc, parts: int) -> bool:
     return parts < max(1, slots)
 
 
-def _kappa_max(sc, plan: MergePlan) -> float:
-    """kappa_max (spec section 4) computed in one task that reads both inputs' keys."""
+def _kappa_max(sc, plan: MergePlan) -> dict:
+    """The --kappa-max figures (``merge.ceiling.kappa_figures``, as --local) computed in one task
+    that reads both inputs' keys."""
 
     def task(_):
-        from smerge.merge.cgm import kappa_max_pairs
+        from smerge.merge.ceiling import kappa_figures
         from smerge.spark.tasks import key_columns
 
         out = []
@@ -367,8 +370,7 @@ def _kappa_max(sc, plan: MergePlan) -> float:
             out.append((np.ascontiguousarray(np.concatenate(ks)) if ks else np.empty((0, len(spec.keys))),
                         np.concatenate(rs) if rs else np.empty(0, np.int64), row))
         (ka, ra, na), (kb, rb, _) = out
-        pairs = kappa_max_pairs(ka, ra, kb, rb, plan.params.eps)
-        return [pairs / na if na else 1.0]
+        return [kappa_figures(ka, ra, kb, rb, plan.params.eps, na)]
 
     return sc.parallelize([0], 1).flatMap(task).collect()[0]
 
