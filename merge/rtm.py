@@ -351,13 +351,12 @@ def rtm_merge(
     stats.extra.update({"a_windows": windows, "b_windows": windows_b, "queries": queries, "b_fetched": fetched,
                         "b_paired": paired})
     if kappa_max_b is not None:
-        from smerge.merge.cgm import kappa_max_pairs
+        from smerge.merge.ceiling import kappa_figures
 
         ka = np.concatenate(a_keys_all) if a_keys_all else np.empty((0, d))
         ra = np.arange(ka.shape[0], dtype=np.int64)
         kb, rb = kappa_max_b()
-        pairs = kappa_max_pairs(np.ascontiguousarray(ka), ra, np.ascontiguousarray(kb), rb, params.eps)
-        stats.kappa_max = pairs / stats.a_records if stats.a_records else 1.0
+        stats.set_kappa(kappa_figures(ka, ra, kb, rb, params.eps, stats.a_records))
     stats.check_accounting()
     stats.fetch_seconds = a_wait[0] + b_wait[0]
     stats.extra["fetch_b_seconds"] = b_wait[0]

@@ -163,9 +163,9 @@ def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
 
 # ---- driver side -----------------------------------------------------------------------------
 
-def _kappa_max(prep, client) -> float:
+def _kappa_max(prep, client) -> dict:
     """kappa_max exactly as ``--local`` computes it: all of A's valid keys against all of B's."""
-    from smerge.merge.cgm import kappa_max_pairs
+    from smerge.merge.ceiling import kappa_figures
     from smerge.merge.keys import key_matrix, nan_rows
     from smerge.jobs.rtm import b_keys
 
@@ -177,9 +177,7 @@ def _kappa_max(prep, client) -> float:
         ks.append(k[~nan_rows(k)])
     ka = np.concatenate(ks) if ks else np.empty((0, len(keys)))
     kb, rb = b_keys(client, prep.params.keys.b)
-    pairs = kappa_max_pairs(np.ascontiguousarray(ka), np.arange(ka.shape[0], dtype=np.int64),
-                            np.ascontiguousarray(kb), rb, prep.params.eps)
-    return pairs / n if n else 1.0
+    return kappa_figures(ka, np.arange(ka.shape[0], dtype=np.int64), kb, rb, prep.params.eps, n)
 
 
 def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = None,
@@ -286,7 +284,8 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
     stats.passes = sum(r["passes"] for r in results)
     n_paired = int(np.count_nonzero(paired))
     stats.b_unmatched = b_records - n_paired
-    stats.kappa_max = kappa_max
+    if kappa_max is not None:
+        stats.set_kappa(kappa_max)
     stats.check_accounting()
     fetch_a = sum(r["fetch_a_seconds"] for r in results)
     fetch_b = sum(r["fetch_b_seconds"] for r in results)
