@@ -205,20 +205,31 @@ def merge_summary(s: dict) -> str:
         lines.append(f"  delta     {s['params'].get('delta')} over {s['params'].get('delta_windows')} windows: {verdict}")
     lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  merge {s['merge_seconds']:.3f}  "
                  f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
+    if s.get("execution") == "spark" and s.get("pairs_check"):
+        # P > 1: pairs an in-process run is expected to find (smerge.spark.windows)
+        exp = s.get("pairs_expected")
+        lines.append(f"  expected  {s['pairs_check']}" if exp is None else
+                     f"  expected  {exp:,} pairs in-process (estimate), found {s['pairs_found_share']:.1%}: "
+                     f"{s['pairs_check']}")
+    return "\n".join(lines + run_lines(s))
+
+
+def run_lines(s: dict) -> list[str]:
+    """The summary's last lines, the same for every command: where it ran (in-process, or the
+    Spark master, partitions and the session's start) and the route with its reason."""
+    lines = []
     if s.get("execution") == "spark":
         parts = s.get("partitions")
+        session = s.get("session_seconds", s.get("session_start_seconds"))
         lines.append(f"  spark     {s.get('master', '')}, {parts} partition{'s' if parts != 1 else ''}"
-                     + (f", session start {s['session_start_seconds']:.1f} s" if "session_start_seconds" in s else ""))
-        if s.get("pairs_check"):  # P > 1: pairs an in-process run is expected to find (smerge.spark.windows)
-            exp = s.get("pairs_expected")
-            lines.append(f"  expected  {s['pairs_check']}" if exp is None else
-                         f"  expected  {exp:,} pairs in-process (estimate), found {s['pairs_found_share']:.1%}: "
-                         f"{s['pairs_check']}")
+                     + (f", session start {session:.1f} s" if session is not None else ""))
+        if s.get("partitions_note"):
+            lines.append(f"  note      {s['partitions_note']}")
     elif s.get("execution") == "local":
         lines.append("  ran       in-process")
     if s.get("route"):
         lines.append(f"  route     {s['route']}")
-    return "\n".join(lines)
+    return lines
 
 
 def delta_exit(stats: dict) -> int:

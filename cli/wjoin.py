@@ -11,7 +11,7 @@ import typer
 
 from smerge.cli.cgm import (ConfOpt, DebugOpt, JsonOpt, MasterOpt, OverwriteOpt,
                             ProgressOpt, StatsOpt, VerboseOpt)
-from smerge.cli.common import (emit_stats, parse_conf, progress_enabled, run_guarded,
+from smerge.cli.common import (run_lines, emit_stats, parse_conf, progress_enabled, run_guarded,
                                split_list, tqdm_progress)
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
@@ -29,9 +29,7 @@ def wjoin_summary(s: dict) -> str:
                      f"peak held {s['peak_held'][a]:,}")
     lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  join {s['join_seconds']:.3f}  "
                  f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
-    if s.get("route"):
-        lines.append(f"  route     {s['route']}")
-    return "\n".join(lines)
+    return "\n".join(lines + run_lines(s))
 
 
 def _check_bounds(window: str | None, pair_windows: list[str], n: int) -> None:

@@ -251,6 +251,8 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         **run.stats(), "partitions": P, "bounds": list(bounds),
         "plan": plan_how, "part_format": part_format, "task_threads": plan.prefetch,
         "plan_seconds": plan_seconds, "spark_job_seconds": job_seconds,
+        "fetch_a_seconds": sum(r.get("read_a_seconds", 0.0) for r in results),
+        "fetch_b_seconds": sum(r.get("read_b_seconds", 0.0) for r in results),
         "assemble_seconds": assemble_seconds,
         "task_seconds": [r.get("task_seconds", 0.0) for r in results],
         "task_cpu_seconds": [r.get("task_cpu_seconds", 0.0) for r in results],

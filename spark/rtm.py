@@ -90,6 +90,17 @@ def plan_ranges(num_rows: int | None, inner: int, window: int, partitions: int) 
     return out
 
 
+def _fewer_partitions(src_a, window: int, asked: int, got: int) -> str:
+    """Why an RTM run has fewer partitions than asked: A splits at multiples of lcm(N, records per
+    outer index), so each partition starts a window on a slab boundary (``plan_ranges``)."""
+    if not src_a.num_rows:
+        return f"{got} partition: A's size is not known before it is read, so it is read in one range"
+    unit = math.lcm(window, max(int(src_a.inner_size or 1), 1))
+    return (f"{got} of the {asked} partitions asked: A ({src_a.num_rows:,} records) splits only at multiples of "
+            f"{unit:,} records (the window N = {window:,} and A's records per outer index), so that each "
+            "partition's windows are --local's; a smaller --window allows more partitions")
+
+
 def _part(staging: str, kind: str, p: int) -> str:
     return os.path.join(staging, f"{kind}-{p:05d}.arrow")
 
@@ -298,7 +309,9 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
     stats.extra.update({
         "b_paired": n_paired, "fetch_b_seconds": fetch_b, "fetch_a_seconds": fetch_a,
         "index_build_seconds": build_seconds, "client_retries": client.retried + sum(r["retries"] for r in results),
-        **run.stats(), "partitions": len(ranges),
+        **run.stats(), "partitions": len(ranges), "partitions_asked": P,
+        **({"partitions_note": _fewer_partitions(src_a, params.window_size, P, len(ranges))}
+           if len(ranges) < P else {}),
         "partition_rows": [r["a_records"] for r in results],
         "spark_job_seconds": job_seconds,
         "assemble_seconds": assemble_seconds,

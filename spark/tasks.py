@@ -478,6 +478,7 @@ def _run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | 
         "merge_seconds": stats.merge_seconds,
         "write_seconds": bg.busy_seconds,
         "read_seconds": max(a_it.busy_seconds, b_it.busy_seconds),
+        "read_a_seconds": a_it.busy_seconds, "read_b_seconds": b_it.busy_seconds,
         "task_seconds": time.perf_counter() - t0,
         "task_cpu_seconds": time.process_time() - c0,  # this Python worker's CPU, its threads included
         "seam": _ipc_bytes(seam, ids_schema),

@@ -202,6 +202,8 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
         "fetch_seconds": split_seconds, "join_seconds": sum(r["join_seconds"] for r in results),
         "write_seconds": sum(r["write_seconds"] for r in results) + assemble_seconds,
         "spark_job_seconds": job_seconds,
+        # the tuples-and-buffers timeline is a single stream's (in-process); partitions have none
+        "timeline": None,
         "assemble_seconds": assemble_seconds, "total_seconds": time.perf_counter() - run.t0,
         "params": {
             "time": list(p.time), "window": None if p.window is None else str(p.window),
