@@ -1,4 +1,4 @@
-"""Archived streams (issue 12; seed 002 section 6, Figures 9/10 in shape only): write time of the
+"""Archived streams (issue 12; OSCAR (Chandrasekaran and Franklin, VLDB 2004) section 6, Figures 9/10 in shape only): write time of the
 strawman (plain Parquet in arrival order, row groups of B records), randomize-then-sort and eager
 (copies at 20/40/60/80% reduction), and read time and bytes read against the sampling fraction F
 for each. The strawman samples "in the executor": it reads everything and drops records at random.
@@ -264,7 +264,7 @@ def report(out: dict, write: bool = True) -> None:
         "ratios compare writers timed in the same loop under the same load.\n")
     print(text)
     if write:
-        common.replace_section("archive", text, heading="Archived streams, sampled reads (issue 12, seed 002)")
+        common.replace_section("archive", text, heading="Archived streams, sampled reads (issue 12, OSCAR (Chandrasekaran and Franklin, VLDB 2004))")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Sampled archive reads under a time budget (issue 12; seed 002: OSCAR's r-UDF feedback).
+"""Sampled archive reads under a time budget (issue 12; OSCAR (Chandrasekaran and Franklin, VLDB 2004): OSCAR's r-UDF feedback).
 
 1. ``--sample auto --budget B`` against the issue's target: on a read that takes 4 B in full,
    the budgeted read finishes within 1.2 B. In-process (the reader and a consumer, imports done

@@ -27,7 +27,7 @@ EPS = 0.01
 FAR = 20_000  # displacement (records) of the second grid: beyond both window sizes
 RANDS = (2, 10, 20, 33)
 GRID = {5000: (1000, 2000, 4000), 10000: (2000, 4000, 8000)}
-# The paper's Tables 1 and 2 (seed 000, section 6): (N, K, rand) -> (match %, fetch, merge, total).
+# The paper's Tables 1 and 2 (Mazzucco et al. (SC2002), section 6): (N, K, rand) -> (match %, fetch, merge, total).
 PAPER = {
     (5000, 1000, 2): (100, 0.639, 0.587, 1.228), (5000, 2000, 2): (100, 0.639, 0.593, 1.233),
     (5000, 4000, 2): (100, 0.639, 0.596, 1.236), (5000, 1000, 10): (99, 0.638, 1.068, 1.71),

@@ -8,7 +8,7 @@ stream). Each child caps its address space at 6 GB so a regression fails instead
 machine.
 
 ``rtm --local`` and ``wjoin --local`` run over the Parquet inputs the same way. RTM's embedded
-index server holds B whole by design (spec ENGINES.md section 5: the server holds stream B and
+index server holds B whole by design (docs/semantics.md section 5: the server holds stream B and
 answers range queries over all of it), so RTM is measured three ways: A and B both growing
 (O(|B|): the index), A growing with B fixed at the small size (the streamed side: the 1.3x
 target), and B growing with A fixed (the index's bytes per B record). The W-join (sorted

@@ -30,7 +30,7 @@ from common import (DATA, RESULTS, best_of, machine, machine_markdown, machine_s
 EPS = 0.01
 RANDS = (2, 10, 20, 33)
 WINDOWS = (5000, 10000)
-# The paper's Tables 3 and 4 (seed 000, section 6): (N, rand) -> (match %, total seconds).
+# The paper's Tables 3 and 4 (Mazzucco et al. (SC2002), section 6): (N, rand) -> (match %, total seconds).
 PAPER = {(5000, 2): (86, 0.475), (5000, 10): (74, 0.472), (5000, 20): (70, 0.478), (5000, 33): (69, 0.471),
          (10000, 2): (92, 0.485), (10000, 10): (82, 0.487), (10000, 20): (79, 0.484), (10000, 33): (71, 0.482)}
 

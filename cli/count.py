@@ -2,7 +2,7 @@
 
 SOURCE is a local file (exact: the reference), a server's plain stream (``grpc://HOST:PORT/NAME``)
 or, when that server summarises ``--item`` over ``--time`` (``smerge serve ... --summarize``),
-its frequent-item summarised stream (ENGINES.md section 9).
+its frequent-item summarised stream (docs/semantics.md section 9).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import DebugOpt, JsonOpt, OverwriteOpt, StatsOpt
-from smerge.cli.common import emit_stats, require_texts, run_guarded
+from smerge.cli.options import DebugOpt, JsonOpt, OverwriteOpt, ProgressOpt, StatsOpt
+from smerge.cli.common import (check_stats_path, counted, emit_stats, finish_command, progress_enabled,
+                               require_texts, run_guarded, run_lines, tqdm_progress)
 from smerge.cli.sampling import BudgetOpt, SampleOpt
 
 app = typer.Typer(add_completion=False)
@@ -34,6 +35,7 @@ def count(
     sample: SampleOpt = None,
     budget: BudgetOpt = None,
     as_json: JsonOpt = False,
+    progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Count the items of a stream per interval or over a time range."""
@@ -51,11 +53,13 @@ def count(
             from smerge.datasets.writers import check_output_path
 
             check_output_path(output, overwrite=overwrite, inputs=[source])
+        check_stats_path(stats_path, overwrite=overwrite, inputs=[source])
         from smerge.cli.sampling import apply_sample_all, count_sample_stats
 
         apply_sample_all(sample, [source], spark=False, budget=budget)  # an archive SOURCE: counts scaled by 1/f
         t0 = time.perf_counter()
-        table, stats = _count(source, item, time_col, every, start, stop)
+        table, stats = _count(source, item, time_col, every, start, stop,
+                              progress=tqdm_progress(progress_enabled(progress)))
         count_sample_stats(stats, source)
         stats["seconds"] = round(time.perf_counter() - t0, 4)
         if output:
@@ -65,17 +69,15 @@ def count(
                 for b in table.to_batches():
                     out.write(b)
             stats["output"] = output
-        if stats_path:
-            from smerge.jobs import write_stats
-
-            write_stats(stats_path, stats, overwrite=overwrite)
+        finish_command(stats, "count", t0, stats_path=stats_path, overwrite=overwrite)
         emit_stats(stats, as_json=as_json, summary=lambda s: _summary(s, None if output else table))
         return 0
 
     run_guarded(body, debug=debug)
 
 
-def _count(source: str, item: str, time_col: str, every: str | None, start: str | None, stop: str | None):
+def _count(source: str, item: str, time_col: str, every: str | None, start: str | None, stop: str | None,
+           progress=None):
     from smerge.datasets.flight import is_flight_url
 
     if is_flight_url(source):
@@ -87,7 +89,7 @@ def _count(source: str, item: str, time_col: str, every: str | None, start: str 
             desc = client.info().get("summary")
             if desc and desc["item"] == item and desc["time"] == time_col:
                 return _from_summary(source, client, every, start, stop)
-    return _from_records(source, item, time_col, every, start, stop)
+    return _from_records(source, item, time_col, every, start, stop, progress)
 
 
 def _query(item_type, time_field, every, start, stop):
@@ -131,7 +133,7 @@ def _open_records(source: str, item: str, time_col: str):
     raise UsageError(f"{'--item ' + repr(item) if item not in names else '--time ' + repr(time_col)}: {errors[0]}")
 
 
-def _from_records(source, item, time_col, every, start, stop):
+def _from_records(source, item, time_col, every, start, stop, progress=None):
     """Every record: a local file (exact) or a server's plain stream of the two columns."""
     import pyarrow as pa
 
@@ -151,7 +153,7 @@ def _from_records(source, item, time_col, every, start, stop):
                            src.counters)
     ipc = IpcBytes(schema)
     records = 0
-    for batch in src.batches():
+    for batch in counted(src.batches(), progress, src.num_rows, "count records"):
         b = pa.record_batch([batch.column(item), batch.column(time_col)], schema=schema)
         ipc.add(b)
         records += b.num_rows
@@ -239,5 +241,5 @@ def _summary(s: dict, table) -> str:
     lines.append(f"  answers   {s['answers']:,} ({s['exact_answers']:,} exact, {s['estimated_answers']:,} estimates)")
     lines.append(f"  records   {s['records_received']:,} received of {s['records_raw']:,} raw")
     lines.append(f"  bytes     {s['bytes_received']:,} received, raw stream {s['bytes_raw']:,} (Arrow IPC)")
-    lines.append(f"  seconds   {s['seconds']:.3f}")
-    return "\n".join(lines)
+    lines.append(f"  seconds   {s['seconds']:.3f}  total {s['total_seconds']:.3f}")
+    return "\n".join(lines + run_lines(s))

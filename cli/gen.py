@@ -6,7 +6,9 @@ from typing import Annotated
 
 import typer
 
-from smerge.cli.common import require_text, run_guarded, split_list
+from smerge.cli.common import (check_stats_path, counted, emit_stats, finish_command, progress_enabled, require_text,
+                               run_guarded, split_list, tqdm_progress)
+from smerge.cli.options import JsonOpt, ProgressOpt, StatsOpt
 
 app = typer.Typer(add_completion=False)
 
@@ -22,12 +24,18 @@ def gen(
     grid: Annotated[str, typer.Option("--grid", help="NLAT,NLON of the grid.")] = "50,100",
     variables: Annotated[str, typer.Option("--vars", help="Variable names (float32).")] = "p,t,u",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Allow replacing an existing file.")] = False,
+    stats: StatsOpt = None,
+    json_: JsonOpt = False,
+    progress: ProgressOpt = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected errors.")] = False,
 ) -> None:
     """Generate NCAR-like gridded test data: time x lat x lon, float32 variables, ~28 bytes a record."""
 
     def body() -> int:
         import os
+        import time
+
+        t0 = time.perf_counter()
 
         from smerge.datasets import check_output_path, format_for, open_output
         from smerge.datasets.outputs import claim_file, make_temp_file, space_errors
@@ -46,6 +54,8 @@ def gen(
         if fmt == "netcdf":
             check_netcdf_names(p)
         check_output_path(out, overwrite=overwrite, fmt=fmt)
+        check_stats_path(stats, overwrite=overwrite, inputs=[out])
+        p.check_memory()
         check_free_space(out, p.records * MIN_RECORD_BYTES, f"{p.records:,} records")
         if fmt == "netcdf":
             tmp = make_temp_file(out)  # owner-tagged, 0666 minus the umask
@@ -57,14 +67,19 @@ def gen(
                 if os.path.exists(tmp):
                     os.unlink(tmp)
         else:
-            batches = generate(p)
+            batches = counted(generate(p), tqdm_progress(progress_enabled(progress)), p.records, "gen records")
             first = next(batches)
             with open_output(out, first.schema, fmt=fmt, overwrite=overwrite) as w:
                 w.write(first)
                 for b in batches:
                     w.write(b)
-        typer.echo(f"smerge gen: wrote {p.records:,} records to {out} "
-                   f"({'grid' if p.gridded or fmt != 'netcdf' else 'point list'}, randomize {p.randomize}%, seed {p.seed})")
+        shape = "grid" if p.gridded or fmt != "netcdf" else "point list"
+        result = finish_command({"records": p.records, "output": out, "format": fmt, "shape": shape,
+                                 "randomize": p.randomize, "displacement": p.displacement, "jitter": p.jitter,
+                                 "seed": p.seed, "grid": [p.nlat, p.nlon], "variables": list(p.variables)},
+                                "gen", t0, stats_path=stats, overwrite=overwrite)
+        emit_stats(result, as_json=json_, summary=lambda r: (
+            f"smerge gen: wrote {p.records:,} records to {out} ({shape}, randomize {p.randomize}%, seed {p.seed})"))
         return 0
 
     run_guarded(body, debug=debug)

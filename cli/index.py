@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import DebugOpt, KeysOpt, NanOpt
-from smerge.cli.common import run_guarded, split_list
+from smerge.cli.common import (check_stats_path, counted, emit_stats, finish_command, progress_enabled, run_guarded,
+                               split_list, tqdm_progress)
+from smerge.cli.options import DebugOpt, JsonOpt, KeysOpt, NanOpt, ProgressOpt, StatsOpt
 
 app = typer.Typer(add_completion=False)
 index_app = typer.Typer(add_completion=False, help="Persistent R-tree indexes of B for `smerge serve --index`.",
@@ -26,7 +26,9 @@ def build(
     name: Annotated[Optional[str], typer.Option("--name", help="Dataset name served (default: B's file stem).")] = None,
     nan_keys: NanOpt = "error",
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing index directory.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print the index info as JSON.")] = False,
+    stats: StatsOpt = None,
+    json_: JsonOpt = False,
+    progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
     """Bulk-load an R-tree over B's keys and store it with B's records (Parquet) in DIR."""
@@ -42,14 +44,17 @@ def build(
         src = open_input(b, keys=split_list(keys), variables=split_list(vars_))
         if not src.keys:
             raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+        check_stats_path(stats, overwrite=overwrite, inputs=[b])
+        read = src.open_batches
+        bar = tqdm_progress(progress_enabled(progress))
+        src.open_batches = lambda start=0, stop=None: counted(read(start, stop), bar, src.num_rows, "index records")
         idx = build_index(src, out, name=name, nan_keys=nan_keys, overwrite=overwrite)
         info = dict(idx.info(), directory=out, seconds=time.perf_counter() - t0)
         idx.close()
-        if json_:
-            typer.echo(json.dumps(info, indent=2))
-        else:
-            typer.echo(f"smerge index: {info['count']:,} records of {b} keyed by {','.join(info['keys'])} "
-                       f"-> {out} ({info['seconds']:.2f} s)")
+        finish_command(info, "index build", t0, stats_path=stats, overwrite=overwrite)
+        emit_stats(info, as_json=json_, summary=lambda i: (
+            f"smerge index: {i['count']:,} records of {b} keyed by {','.join(i['keys'])} -> {out} "
+            f"({i['seconds']:.2f} s)"))
         return 0
 
     run_guarded(body, debug=debug)

@@ -38,6 +38,7 @@ def plot(
     title: Annotated[Optional[str], typer.Option("--title", help="Title above the panels (default: a summary of the run).")] = None,
     dpi: Annotated[int, typer.Option("--dpi", help="Resolution: the image is 8 x 2.2 inches per panel.")] = 100,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Allow replacing an existing PNG.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print what was written as JSON instead of a line.")] = False,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of unexpected errors.")] = False,
 ) -> None:
     """Kappa per report window, the moving drop rate against delta, K when adapted and the
@@ -61,8 +62,13 @@ def plot(
         series = save_plot(data, output, dpi=dpi, title=title)
         from smerge.plot import PANEL_HEIGHT_IN, PANEL_WIDTH_IN
 
-        typer.echo(f"smerge plot: {stats} -> {output} ({len(series)} panels: {', '.join(series)}; "
-                   f"{round(PANEL_WIDTH_IN * dpi)} x {round(PANEL_HEIGHT_IN * dpi * len(series))} pixels)")
+        done = {"command": "plot", "stats": stats, "output": output, "panels": list(series),
+                "pixels": [round(PANEL_WIDTH_IN * dpi), round(PANEL_HEIGHT_IN * dpi * len(series))]}
+        if json_:
+            typer.echo(json.dumps(done, indent=2))
+        else:
+            typer.echo(f"smerge plot: {stats} -> {output} ({len(series)} panels: {', '.join(series)}; "
+                       f"{done['pixels'][0]} x {done['pixels'][1]} pixels)")
         return 0
 
     run_guarded(body, debug=debug)

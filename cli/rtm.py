@@ -63,7 +63,7 @@ def rtm(
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """RTM merge (spec section 5): each A window queries B's R-tree server for its eps-box.
+    """RTM merge (docs/semantics.md section 5): each A window queries B's R-tree server for its eps-box.
 
     By default (--master auto) small inputs run in this process and large ones on Spark
     local[*]; a named --master always runs on Spark: A is split into row ranges whose

@@ -85,7 +85,7 @@ def wjoin(
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
-    """W-join: every n-tuple, one record per stream, within the window bounds and matching the predicate (spec section 6)."""
+    """W-join: every n-tuple, one record per stream, within the window bounds and matching the predicate (docs/semantics.md section 6)."""
 
     def body() -> int:
         from smerge.cli.common import MAX_BATCH_ROWS, MAX_PARTITIONS, check_int_range, require_texts

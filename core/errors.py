@@ -1,6 +1,6 @@
 """The one exceptions module of smerge.
 
-Library code raises these; only the CLI maps them to exit codes (spec/CLI.md):
+Library code raises these; only the CLI maps them to exit codes (docs/cli.md):
 ``SmergeError`` and subclasses -> exit 2 with the message as one line on stderr.
 Every message says what is wrong and how to fix it.
 """

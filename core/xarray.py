@@ -5,7 +5,7 @@ plus B's variables on A's grid, missing where the A grid point found no B point 
 ``align(ds_a, ds_b, eps=...)`` returns both on A's coordinates (or on their union with
 ``join="outer"``). Importing this module registers the accessor ``ds.smerge``.
 
-Keys are dimension coordinates matched by name (spec/DATA.md section 1): A's default keys are
+Keys are dimension coordinates matched by name (docs/data.md, "Keys are matched by name"): A's default keys are
 the dimensions of A's data variables, in A's order; B's are the same names (``keys_b`` renames).
 A dimension without a coordinate variable is keyed by its index. Times decoded by xarray
 (``datetime64``, ``timedelta64``, cftime objects) are compared as float64 microseconds since
@@ -311,7 +311,8 @@ def _b_on_a(ds_a, ds_b, *, eps, how, keys, keys_b, variables, slab_records, para
     b_vars = _b_variables(ds_b, [ax.key_b for ax in axes], variables)
     values, stats = _on_a_grid(ds_a, ds_b, axes, b_vars, how, dict(params), slab_records)
     stats.extra.update({"execution": "xarray", "a": ds_a.encoding.get("source"), "b": ds_b.encoding.get("source"),
-                        "output": None, "a_masked": None, "b_masked": None})
+                        "output": None, "a_masked": None, "b_masked": None,
+                        "b_order": "A's key order"})  # B's variables are transposed to A's keys
     stats.extra["b_variables"] = b_vars
     # Dimensions of the result: A's dimension order (of its first variable on all keys).
     ref = next((v.dims for v in ds_a.data_vars.values() if set(keys) <= set(v.dims)), keys)

@@ -24,7 +24,7 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
                batch_rows: int = DEFAULT_BATCH_ROWS, fmt: str | None = None, decode_times: bool = False,
                sample: float | None = None, sample_seed: int | None = None,
                order: Sequence[tuple[str, int]] | None = None) -> InputSource:
-    """Open ``path`` as a stream of records (spec section 1).
+    """Open ``path`` as a stream of records (docs/semantics.md section 1).
 
     ``keys``: key columns/variables (netCDF default: the coordinate variables of the chosen
     variables' dimensions; tabular files have no default). ``variables``: payload (default: all

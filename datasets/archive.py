@@ -1,4 +1,4 @@
-"""Archived streams (ENGINES.md section 8): a folder holding one stream, appended run by run.
+"""Archived streams (docs/semantics.md section 8): a folder holding one stream, appended run by run.
 
 ::
 

@@ -1,4 +1,4 @@
-"""Reading an archive (ENGINES.md section 8) with sampling fraction f in (0, 1], and its backend.
+"""Reading an archive (docs/semantics.md section 8) with sampling fraction f in (0, 1], and its backend.
 
 Per run (in append order): ``ceil(R * f)`` of the run's R blocks are chosen at random, each of
 their records is kept with probability ``f * R / ceil(R * f)`` (so every record is in the

@@ -69,7 +69,7 @@ class InputSource:
     ``batches(start, stop)`` yields record batches of at most ``batch_rows`` rows for the
     records of outer index ``start`` (inclusive) to ``stop`` (exclusive): for netCDF the
     outermost dimension's slabs, for tabular files row numbers. The row id of a record is its
-    position in the whole stream (spec section 1): ``start * inner_size`` for the first one.
+    position in the whole stream (docs/semantics.md section 1): ``start * inner_size`` for the first one.
     """
 
     path: str

@@ -80,6 +80,9 @@ class GenParams:
             raise UsageError(f"--records {self.records} on a {self.nlat}x{self.nlon} grid is {steps:,} 6-hourly "
                              "time steps, past the last date a timestamp holds; use a larger --grid or fewer records")
         self._check_variables()
+
+    def check_memory(self) -> None:
+        """Before generating: the shuffled arrival order is built in memory (``smerge.memory``)."""
         if self.randomize:
             from smerge.memory import check_fits
 

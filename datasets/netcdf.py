@@ -738,7 +738,7 @@ def is_netcdf_path(path: str) -> bool:
 
 
 def masked_values(src: InputSource, *, read_here: bool = True) -> int:
-    """Values of ``src`` made missing by valid_min/valid_max/valid_range (DATA.md section 3).
+    """Values of ``src`` made missing by valid_min/valid_max/valid_range (docs/data.md, "Values").
 
     Counted while ``batches()`` streamed in this process (``src.counters``); when it did not
     (the records were read by Spark tasks), the variables that carry such attributes, and only

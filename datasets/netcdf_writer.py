@@ -8,7 +8,7 @@ staging folder beside the output, one per bucket of whole outer slabs of A's gri
 the grid bucket by bucket at ``close()``: memory holds one bucket (about 2^18 grid cells, or
 1/512 of the grid), not the grid; A's variables are copied slab by slab.
 
-Geolocation is kept (spec/DATA.md section 4): besides A's chosen variables, the file holds
+Geolocation is kept (docs/data.md, "Outputs"): besides A's chosen variables, the file holds
 A's dimension coordinates, every key that is a variable of A (point lists' ``lat(station)``,
 curvilinear ``lat2d(y, x)``), and, transitively, every variable A's copied variables name in
 ``coordinates``, ``bounds``, ``grid_mapping``, ``cell_measures``, ... (``datasets.cf_refs``),

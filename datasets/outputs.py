@@ -1,4 +1,4 @@
-"""The one output-safety rule of smerge (DATA.md section 4), used by every command and writer.
+"""The one output-safety rule of smerge (docs/data.md, "Outputs"), used by every command and writer.
 
 - **Replacing.** An existing output is replaced only with ``overwrite``, and only when it is
   a file (file outputs) or a folder that smerge wrote itself: every dataset folder smerge

@@ -2,7 +2,7 @@
 
 ``BIndex`` holds B in stored order (a ``pyarrow.Table``; row id = position), the key matrix
 (``float64``, shape ``(n, d)``), an R-tree bulk-loaded over the key points, and the global sort
-rank of every record by exact key order, ties by row id (spec section 5). Queries:
+rank of every record by exact key order, ties by row id (docs/semantics.md section 5). Queries:
 
 - ``range_query(box)``: records with ``lo_j <= k_j <= hi_j`` for every key j;
 - ``symdiff_query(box1, box2)``: records inside exactly one of the two boxes;

@@ -82,7 +82,7 @@ def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> Pre
 
 
 def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, prefetch_depth: int = 4) -> dict:
-    """Run the CGM merge in this process; return the statistics dict (spec/CLI.md)."""
+    """Run the CGM merge in this process; return the statistics dict (docs/cli.md)."""
     t0 = time.perf_counter()
     stats = MergeStats("cgm")
     out, un_a, un_b = open_outputs(prep)

@@ -42,7 +42,7 @@ class PreparedMerge:
 
 
 def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[InputSource, InputSource]:
-    """Open A and B (metadata only) with their keys matched **by name** (DATA.md section 1).
+    """Open A and B (metadata only) with their keys matched **by name** (docs/data.md, "Keys are matched by name").
 
     B's keys are ``--keys-b`` when given, else A's key names (given, or A's defaults: the
     coordinate variables of A's dimensions in A's order), whatever B's own dimension order.
@@ -115,7 +115,7 @@ def check_index_keys(src_a: InputSource, src_b: InputSource) -> None:
 
 def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
     """``a_masked``/``b_masked``: values made missing by valid_min/valid_max/valid_range in each
-    input (DATA.md section 3); ``None`` for a B behind a running server (not read here).
+    input (docs/data.md, "Values"); ``None`` for a B behind a running server (not read here).
     ``read_here``: the whole inputs were streamed in this process (else they are counted by a
     read of the variables that have such attributes)."""
     def masked(src) -> int:

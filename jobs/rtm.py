@@ -99,7 +99,7 @@ def _server_source(job: RTMJob):
 
 
 def _keys_in_server_order(job: RTMJob, src_a: InputSource, src_b: InputSource) -> InputSource:
-    """A's keys matched **by name** to the server's index keys (DATA.md section 1).
+    """A's keys matched **by name** to the server's index keys (docs/data.md, "Keys are matched by name").
 
     The server answers in its own key order, so A's keys must follow it. A's default keys (no
     ``--keys``) are put in the server's order; keys the user listed in another order, or names
@@ -268,7 +268,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
 
 
 def rtm_result(prep: PreparedMerge, stats: MergeStats, *, embedded: bool, read_here: bool = True) -> dict:
-    """The statistics dict of an RTM run (in-process or on Spark, spec/CLI.md): ``stats`` with the
+    """The statistics dict of an RTM run (in-process or on Spark, docs/cli.md): ``stats`` with the
     fields both report (server, paths, what B's unmatched means, masked values), written to
     ``--stats`` when asked. ``read_here``: the inputs were streamed in this process."""
     job = prep.job

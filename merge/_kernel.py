@@ -3,10 +3,10 @@
 Keys are ``float64`` arrays of shape ``(n, d)`` (C order), one row per record, compared
 lexicographically. ``eps`` is a ``float64`` array of length ``d``. Row ids are ``int64``.
 
-Tolerant comparison (spec section 1): at the first key j with ``x_j < y_j - eps_j`` the result
+Tolerant comparison (docs/semantics.md section 1): at the first key j with ``x_j < y_j - eps_j`` the result
 is BEFORE (-1); with ``x_j > y_j + eps_j`` AFTER (+1); if no key decides, MATCH (0).
 
-The sweep (spec section 3, step 3) is written once, in C, and used by CGM, RTM and kappa_max.
+The sweep (docs/semantics.md section 3, step 3) is written once, in C, and used by CGM, RTM and kappa_max.
 Plain C loaded with ctypes rather than a JIT: no compiler at run time, about 1 ms to load
 (a JIT's import and cache load cost ~0.4 s per process, more than a 750,000-record merge), and
 ctypes releases the GIL during every call, so reader and writer threads keep working.
@@ -90,7 +90,7 @@ def argsort_keys(keys: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def sweep(ak, na, bk, nb, eps, a_matched, b_matched, a_pos, b_pos) -> tuple[int, int, int]:
-    """One sweep over sorted windows ``ak[:na]`` and ``bk[:nb]`` (spec section 3, step 3).
+    """One sweep over sorted windows ``ak[:na]`` and ``bk[:nb]`` (docs/semantics.md section 3, step 3).
 
     Marks matched positions in ``a_matched``/``b_matched`` (bool, cleared by the caller) and
     writes the pair positions into ``a_pos``/``b_pos``. Returns ``(m, i, j)``: pairs emitted
@@ -107,7 +107,7 @@ def sweep(ak, na, bk, nb, eps, a_matched, b_matched, a_pos, b_pos) -> tuple[int,
 def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhausted, eps, window_size,
                inc_a, inc_b, pairs_a, pairs_b, ev_a, ev_b, counts, pass_m, pass_ret_a,
                scratch_ma, scratch_mb, scratch_pa, scratch_pb, work=None) -> int:
-    """Run CGM passes (spec section 3) until input runs short, output fills, or the merge ends.
+    """Run CGM passes (docs/semantics.md section 3) until input runs short, output fills, or the merge ends.
 
     State ``st``: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B,
     [4] done flag, [5] passes, [6] A records retired since [7] was set, [7] report-window stop:
@@ -185,7 +185,7 @@ class CGMPasses:
 
 
 def sweep_until_dry(keys_a, rows_a, keys_b, rows_b, eps, pairs_a, pairs_b) -> int:
-    """kappa_max (spec section 4): repeat the sweep over whole sorted streams until dry.
+    """kappa_max (docs/semantics.md section 4): repeat the sweep over whole sorted streams until dry.
 
     Inputs must be sorted by exact key (ties by row); they are not modified. Returns the number
     of pairs written to ``pairs_a``/``pairs_b``.

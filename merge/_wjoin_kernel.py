@@ -1,7 +1,7 @@
 """Compiled and vectorised hot loops of the W-join (merge/wjoin.py).
 
 ``purge_walk`` replays the arrivals of one chunk record by record and applies the purge rule
-of spec section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex`` (HW-join hash chains) turn per-partial-tuple
+of docs/semantics.md section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex`` (HW-join hash chains) turn per-partial-tuple
 candidate ranges into flat (parent, candidate) index arrays for the left-deep expansion.
 Times are int64 (integers, datetimes as ns) or float64; ``NEG``/``POS`` stand for "nothing seen
 yet" and "stream exhausted".

@@ -1,4 +1,4 @@
-"""Adaptive delta control (spec ENGINES.md section 10): the K of CGM between report windows.
+"""Adaptive delta control (docs/semantics.md section 10): the K of CGM between report windows.
 
 CGM's least increments K_A, K_B trade time for matches (the paper's Figure 5): a pass of a
 behind window retires at least K records, the records evicted to make up K are dropped

@@ -1,4 +1,4 @@
-"""CGM: the continuously generated data merge (spec section 3), as a partition-level iterator.
+"""CGM: the continuously generated data merge (docs/semantics.md section 3), as a partition-level iterator.
 
 ``cgm_merge(a_batches, b_batches, params)`` takes two iterators of ``pyarrow.RecordBatch``
 (A and B in arrival order) and yields output batches of pairs (layout: ``merge.output``).
@@ -104,7 +104,7 @@ class _Side:
 
 def kappa_max_pairs(keys_a: np.ndarray, rows_a: np.ndarray, keys_b: np.ndarray, rows_b: np.ndarray,
                     eps: tuple[float, ...], return_pairs: bool = False):
-    """Pairs of the unbounded-window merge (spec section 4): the sweep of the whole sorted streams
+    """Pairs of the unbounded-window merge (docs/semantics.md section 4): the sweep of the whole sorted streams
     repeated until dry. Greedy: a windowed run can pair more (``merge.ceiling`` gives the true
     ceiling); reported as ``kappa_greedy``. Holds all keys in memory. With ``return_pairs``:
     (count, A row ids, B row ids)."""
@@ -133,7 +133,7 @@ def cgm_merge(
     source_b: str | None = None,
     compute_kappa_max: bool = False,
 ) -> Iterator[pa.RecordBatch]:
-    """Merge A and B with CGM; yield batches of pairs (spec sections 2-3).
+    """Merge A and B with CGM; yield batches of pairs (docs/semantics.md sections 2-3).
 
     The inputs yield ``pyarrow.RecordBatch`` (or ``merge.keys.KeyedBatch`` when the key
     matrix was computed ahead, e.g. by ``with_keys`` in a reader thread).
@@ -144,7 +144,7 @@ def cgm_merge(
     memory (O(stream length)) to compute kappa_max at the end.
 
     With ``params.adapt`` the kernel stops after the pass that closes each report window and
-    ``merge.adapt.DeltaController`` sets K_A, K_B for the next one (spec section 10); every
+    ``merge.adapt.DeltaController`` sets K_A, K_B for the next one (docs/semantics.md section 10); every
     pass is section 3 with the K in force, and ``stats.k_windows`` records it per window.
     """
     t_start = time.perf_counter()

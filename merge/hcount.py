@@ -1,4 +1,4 @@
-"""The hCount sketch with eFreq output (Jin et al. 2003, as used by seed 004 section 4.1).
+"""The hCount sketch with eFreq output (Jin et al. 2003, as used by the frequent-items paper section 4.1).
 
 ``HCount`` keeps ``depth`` x ``width`` counters (h x m; the paper's array S). Each of the ``depth``
 rows hashes an item to one of ``width`` counters with its own seeded hash; ``update`` adds one to

@@ -1,4 +1,4 @@
-"""Counts of items per time interval, from raw records and from derived-bodies (ENGINES.md section 9).
+"""Counts of items per time interval, from raw records and from derived-bodies (docs/semantics.md section 9).
 
 ``ItemCounts`` answers one query: ``every`` (intervals ``[j * every, (j + 1) * every)`` aligned to
 multiples of ``every`` on the time axis) or one range ``[start, stop)``. Raw records count

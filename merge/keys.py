@@ -130,7 +130,7 @@ def _inexact_integers(col, values) -> InputError:
         "two keys, or offset by a base), or cast it to float64 yourself if approximate keys are meant")
 
 
-def column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+def column_f64(col: pa.Array | pa.ChunkedArray, *, exact_ints: bool = True) -> np.ndarray:
     """A key column as float64: numbers as they are, times on ``TIME_BASE`` (see the module doc)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -138,7 +138,9 @@ def column_f64(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     scale = us_per_raw(t)
     if scale is not None:
         col = col.view(pa.int32() if t.bit_width == 32 else pa.int64())
-    wide = scale is None and t.bit_width == 64 and pa.types.is_integer(t)
+    # integers past 2^53 are refused (``exact_ints``); a CF time in another calendar is int64
+    # microseconds, compared to float64's spacing like every time (docs/data.md, "Precision")
+    wide = exact_ints and scale is None and t.bit_width == 64 and pa.types.is_integer(t)
     if wide and not col.null_count and len(col):
         raw = numpy_view(col)
         if int(raw.max()) > EXACT_INT or (t == pa.int64() and int(raw.min()) < -EXACT_INT):
@@ -173,7 +175,8 @@ def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndar
     out = np.empty((batch.num_rows, len(keys)), dtype=np.float64)
     for c, k in enumerate(keys):
         try:
-            out[:, c] = column_f64(batch.column(k))
+            md = batch.schema.field(k).metadata or {}
+            out[:, c] = column_f64(batch.column(k), exact_ints=b"smerge.cf_units" not in md)
         except InputError as e:
             raise InputError(f"key {k!r}: {e}") from None
     return out

@@ -1,4 +1,4 @@
-"""Output layout of a merge (spec section 2) and the row store that gathers payload.
+"""Output layout of a merge (docs/semantics.md section 2) and the row store that gathers payload.
 
 Output columns: every column of A under its own name, then every column of B, with ``_b``
 added to a B column whose name already exists; with ids, ``a_row`` and ``b_row`` (int64).

@@ -81,19 +81,19 @@ def check_common(p) -> None:
 
 
 def check_adapt(adapt: bool, delta: float | None) -> None:
-    """Adaptive K (spec section 10) needs the delta target it holds."""
+    """Adaptive K (docs/semantics.md section 10) needs the delta target it holds."""
     if adapt and delta is None:
         raise UsageError("--adapt tunes K to hold the moving drop rate at or under --delta; give --delta D too")
 
 
 @dataclass(frozen=True)
 class CGMParams:
-    """Parameters of the CGM merge (spec section 3).
+    """Parameters of the CGM merge (docs/semantics.md section 3).
 
     ``window_size`` is N; ``least_increment_a``/``_b`` are K_A/K_B with 0 < K <= N;
     ``eps`` has one tolerance per key (in the key's unit). With ``adapt`` (needs ``delta``) the
     K's are the starting values, and ``merge.adapt.DeltaController`` moves them within
-    ``adapt_k_range`` between report windows (spec section 10).
+    ``adapt_k_range`` between report windows (docs/semantics.md section 10).
     """
 
     keys: MergeKeys
@@ -120,7 +120,7 @@ class CGMParams:
 
     @property
     def adapt_k_range(self) -> tuple[int, int]:
-        """The bounds [1, N] within which ``adapt`` moves K_A and K_B (spec section 10)."""
+        """The bounds [1, N] within which ``adapt`` moves K_A and K_B (docs/semantics.md section 10)."""
         return 1, self.window_size
 
     def as_dict(self) -> dict:

@@ -1,4 +1,4 @@
-"""RTM: the R-tree merge (spec section 5) as a partition-level iterator.
+"""RTM: the R-tree merge (docs/semantics.md section 5) as a partition-level iterator.
 
 ``rtm_merge(a_batches, source, params)`` reads A in windows of N records (arrival order) and,
 for each window, asks ``source`` — anything with ``range_query``/``symdiff_query`` returning
@@ -11,7 +11,7 @@ Page mode (the default) sweeps each window B against window A until a sweep pair
 (kappa_max's rule: one sweep pairs only one record of a run of MATCHing keys) and refills
 window B while a remaining A key plus eps is not before window B's last key. With eps = 0 it
 pairs, per A window and key, min(A records of the window, B records) with that key: the most
-possible. ``symdiff`` mode is the paper's: one sweep per window B and the spec's cursor rule.
+possible. ``symdiff`` mode is the paper's: one sweep per window B and the paper's cursor rule.
 
 Memory: one A window, the current window B and the pairs of one A window, plus a bitmap of
 |B| booleans recording which B records were ever paired (for ``b_unmatched``).
@@ -40,7 +40,7 @@ LOOKAHEAD_WINDOWS = 1  # A windows read (and their first range requests announce
 
 
 class RangeSource(Protocol):
-    """What RTM needs of the index server (spec section 5)."""
+    """What RTM needs of the index server (docs/semantics.md section 5)."""
 
     def range_query(self, box: Box, *, limit: int, token: str | None = None) -> tuple[pa.Table, str | None]: ...
 
@@ -208,7 +208,7 @@ def rtm_merge(
     b_paired: np.ndarray | None = None,
     kappa_max_b: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """Merge A against the indexed B with RTM; yield batches of pairs (spec sections 2 and 5).
+    """Merge A against the indexed B with RTM; yield batches of pairs (docs/semantics.md sections 2 and 5).
 
     ``schema_b`` is B's schema (without the row id column); ``b_records`` its record count.
     ``unmatched("a", batch)`` receives A's unmatched records (B's unmatched records are those

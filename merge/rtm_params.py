@@ -1,4 +1,4 @@
-"""Parameters of the RTM merge (spec section 5): one frozen dataclass, validated once."""
+"""Parameters of the RTM merge (docs/semantics.md section 5): one frozen dataclass, validated once."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class RTMParams:
 
     ``fetch_rows`` caps how many records one range request may bring back in page mode: the
     client asks for N first, then doubles up to this cap and slices the result into N-record
-    windows B, so the windows are exactly the spec's pages; it changes the number of round
+    windows B, so the windows are exactly the paper's pages; it changes the number of round
     trips, never the result.
     """
 

@@ -1,4 +1,4 @@
-"""Match statistics and the best-effort delta check (spec section 4)."""
+"""Match statistics and the best-effort delta check (docs/semantics.md section 4)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ class ReportWindows:
     """Groups consecutive passes (or RTM A-windows) until >= N records of A are retired.
 
     ``kappa_i = matched / retired`` for each report window. Every report window retires at least
-    N records of A (spec section 4): the records of a last group that ends short of N (the
+    N records of A (docs/semantics.md section 4): the records of a last group that ends short of N (the
     end of the run) join the report window before it (``finish``); a run that retires fewer
     than N records in all has that one short window.
     """
@@ -97,7 +97,7 @@ def drop_rate_moving_max(kappas: list[float], m: int, overall_kappa: float) -> f
 
 @dataclass
 class MergeStats:
-    """Statistics of one merge run; ``as_dict`` gives the JSON of spec/CLI.md."""
+    """Statistics of one merge run; ``as_dict`` gives the JSON of docs/cli.md."""
 
     algorithm: str
     a_records: int = 0
@@ -130,7 +130,7 @@ class MergeStats:
         self.window_needed = figures.get("window_needed")
 
     def check_accounting(self) -> None:
-        """Exact accounting (spec section 2): matched + unmatched = read, for both inputs."""
+        """Exact accounting (docs/semantics.md section 2): matched + unmatched = read, for both inputs."""
         if self.matched + self.a_unmatched != self.a_records:
             raise AssertionError(f"A accounting broken: {self.matched} + {self.a_unmatched} != {self.a_records}")
         if self.algorithm == "cgm" and self.matched + self.b_unmatched != self.b_records:
@@ -173,7 +173,7 @@ class MergeStats:
         out["kappa_per_window"], out["series_stride"] = decimate(self.kappas)
         out["drop_rate_moving"] = [float(x) for x in drop_rate_moving(self.kappas, m)[::out["series_stride"]]]
         if self.params.get("adapt"):
-            # [K_A, K_B] in force in each report window (spec section 10), thinned like kappa_per_window
+            # [K_A, K_B] in force in each report window (docs/semantics.md section 10), thinned like kappa_per_window
             out["k_per_window"] = [[int(x) for x in k] for k in self.k_windows[::out["series_stride"]]]
         if delta is None:
             del out["delta_ok"]

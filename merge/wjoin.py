@@ -1,4 +1,4 @@
-"""W-join: multi-way sliding-window join of time-stamped streams (spec section 6, seed 6.2).
+"""W-join: multi-way sliding-window join of time-stamped streams (docs/semantics.md section 6, seed 6.2).
 
 ``wjoin(streams, schemas, params)`` consumes n >= 2 iterators of ``pyarrow.RecordBatch`` (each
 in non-decreasing time order) and yields record batches of joined n-tuples: every
@@ -89,7 +89,7 @@ def parse_duration(text: str | float | int | Duration, what: str = "--window") -
 
 @dataclass(frozen=True)
 class WJoinParams:
-    """Parameters of the W-join (spec section 6), validated at construction.
+    """Parameters of the W-join (docs/semantics.md section 6), validated at construction.
 
     ``time``: the time column of each stream (one name for all, or one per stream).
     ``window``: the uniform bound for every pair (None: only ``pair_windows``).

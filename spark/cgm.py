@@ -45,7 +45,7 @@ from smerge.spark.tasks import PART_KINDS, MergePlan, run_partition
 
 def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int | None = None,
                   conf: dict[str, str] | None = None, progress=None, verbose: bool = False, spark=None) -> dict:
-    """Run the CGM merge of ``prep`` on Spark; return the statistics dict (spec/CLI.md).
+    """Run the CGM merge of ``prep`` on Spark; return the statistics dict (docs/cli.md).
 
     ``prep``: a ``PreparedMerge`` (inputs opened by smerge's readers: slab pairing), or a
     ``CGMJob`` whose inputs are opened in the Spark session -- URLs by Spark's own readers

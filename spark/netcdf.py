@@ -8,7 +8,7 @@
 Every partition is a range of outer indices (time steps of a grid, rows of a point list) and
 yields Arrow record batches straight from smerge's netCDF reader (``smerge.datasets``), so
 records never pass through Python tuples. The columns are the reader's (keys first, then the
-variables) plus ``_row``: the record's position in the whole stream (its row id, spec section 1),
+variables) plus ``_row``: the record's position in the whole stream (its row id, docs/semantics.md section 1),
 so that arrival order survives any shuffle. Only numeric columns are supported (netCDF keys
 and variables are numeric; decoded times are not offered here). The file must be readable
 under the same path on every executor.

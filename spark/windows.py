@@ -6,7 +6,7 @@ When the arrival order is not sorted by k1 (station reports keyed (lat, lon) arr
 order), N records of p's stream span about 1/d arrival positions for every one of the whole
 stream's, where d is p's share of the records there (about 1/P), so a window of N holds about d
 times as many distinct keys as a window of ``--local``. A sweep pairs a key at most once per
-pass (spec/ENGINES.md section 3, step 3), but a behind window still evicts K - m records: with
+pass (docs/semantics.md section 3, step 3), but a behind window still evicts K - m records: with
 fewer distinct keys per window, m is smaller and each pass evicts more records unmatched (the
 issue: 4,612 of ``--local``'s 11,864 pairs at P = 3; station data built here: 30% at P = 3, 14%
 at P = 8).
@@ -140,7 +140,7 @@ def window_mode(own: dict) -> str:
 def regroup_windows(counts, k_windows, n: int) -> tuple[list[list[int]], list]:
     """A partition's report windows (matched, retired) -- closed every N_p retired A records by
     its engine -- grouped again until at least ``n`` (the job's N) records of A are retired, the
-    short group at the end joining the one before it (spec section 4), so the run's report
+    short group at the end joining the one before it (docs/semantics.md section 4), so the run's report
     windows are as large as ``--local``'s. Group ends are window ends, so a seam pair's position
     among the partition's pairs still names its window. K of a group: its first window's."""
     counts = [tuple(c) for c in counts]

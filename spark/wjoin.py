@@ -1,4 +1,4 @@
-"""W-join on Spark (issue 5, spec section 7): the in-process engine runs unchanged inside tasks.
+"""W-join on Spark (issue 5, docs/semantics.md section 7): the in-process engine runs unchanged inside tasks.
 
 ``run_wjoin_spark(prep, master=...)`` takes a ``smerge.jobs.wjoin.PreparedWJoin`` and returns the
 same statistics dict as ``smerge.jobs.wjoin.run_local``; the output file is exactly the one

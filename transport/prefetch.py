@@ -1,4 +1,4 @@
-"""Dual buffering (seed 000, section 5, Figure 3): read ahead in background threads.
+"""Dual buffering (Mazzucco et al. (SC2002), section 5, Figure 3): read ahead in background threads.
 
 ``Prefetcher(iterable, depth)`` runs the iterable in a daemon thread that fills a bounded
 queue while the consumer (the merge engine) works on earlier batches, so the total time

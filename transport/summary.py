@@ -1,4 +1,4 @@
-"""Frequent-item transport (ENGINES.md section 9; seed 004, sections 3-5): sender and receiver.
+"""Frequent-item transport (docs/semantics.md section 9; the frequent-items paper, sections 3-5): sender and receiver.
 
 The sender turns a stream of records (item, time) into the summarised stream: lifetimes of fixed
 length L aligned to multiples of L; an hCount sketch over each lifetime finds the frequent items

@@ -1,4 +1,4 @@
-"""`smerge cgm --delta D --adapt` and `adapt = true` in batch files (spec ENGINES.md section 10)."""
+"""`smerge cgm --delta D --adapt` and `adapt = true` in batch files (docs/semantics.md section 10)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""--overwrite and the other output-safety rules through every command (DATA.md section 4):
+"""--overwrite and the other output-safety rules through every command (docs/data.md, "Outputs"):
 inputs and foreign files stay intact, exit 2, one line on stderr; outputs honour the umask."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Archives (ENGINES.md section 8): round trips, the sample's fraction and uniformity, killed
+"""Archives (docs/semantics.md section 8): round trips, the sample's fraction and uniformity, killed
 appends (SIGKILL in a subprocess), damaged manifests and blocks, bad fractions and schemas."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Sampled archive reads (ENGINES.md section 8): ``--sample auto --budget`` (the r-UDF feedback)
+"""Sampled archive reads (docs/semantics.md section 8): ``--sample auto --budget`` (the r-UDF feedback)
 against a simulated clock, the calibration of the 95% intervals by simulation (fixed seeds),
 and the uniformity of the sample (chi-square tests that can fail, a per-record inclusion test,
 f = 1 gives every record exactly once)."""

@@ -1,4 +1,4 @@
-"""CF time decoding (DATA.md section 2), against cftime.num2date, and its use by cgm and wjoin."""
+"""CF time decoding (docs/data.md, "Time: CF decoding, one time base"), against cftime.num2date, and its use by cgm and wjoin."""
 
 from __future__ import annotations
 

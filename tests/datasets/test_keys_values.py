@@ -1,4 +1,4 @@
-"""Keys by name (DATA.md section 1) and values (section 3) on netCDF files built to be awkward:
+"""Keys by name (docs/data.md, "Keys are matched by name") and values (section 3) on netCDF files built to be awkward:
 transposed dimensions, packed and masked variables, char variables, all-fill coordinates."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""netCDF output keeps geolocation (spec/DATA.md section 4): every key is a variable of the
+"""netCDF output keeps geolocation (docs/data.md, "Outputs"): every key is a variable of the
 output, every name an attribute references (coordinates, bounds, grid_mapping, cell_measures)
 exists, A's geolocation and time are copied as they are in A, and B's values sit on A's grid."""
 

@@ -1,4 +1,4 @@
-"""The output-safety rule (DATA.md section 4, ``smerge.datasets.outputs``): what --overwrite may
+"""The output-safety rule (docs/data.md, "Outputs", ``smerge.datasets.outputs``): what --overwrite may
 replace, distinct paths, umask modes, and the leftovers of killed runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A deliberately plain, independent implementation of spec ENGINES.md sections 3-4.
+"""A deliberately plain, independent implementation of docs/semantics.md sections 3-4.
 
 Lists of Python tuples, no numpy, no shared code with smerge: the oracle for the engine.
 """
@@ -40,7 +40,7 @@ def sweep(wa, wb, eps):
 def cgm_reference(keys_a, keys_b, n, ka, kb, eps, k_schedule=None):
     """Returns (pairs [(a_row, b_row)], unmatched_a rows, unmatched_b rows, passes [(m, retired_a)]).
 
-    ``k_schedule`` (adaptive K, spec section 10): the (K_A, K_B) of each report window in turn
+    ``k_schedule`` (adaptive K, docs/semantics.md section 10): the (K_A, K_B) of each report window in turn
     (a window closes once >= n records of A were retired in it); the last one holds after the
     list ends. Without it, every pass uses ``ka``, ``kb``.
     """

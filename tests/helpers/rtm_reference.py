@@ -1,10 +1,10 @@
-"""A plain-Python RTM (spec section 5) over a brute-force box filter: the test oracle."""
+"""A plain-Python RTM (docs/semantics.md section 5) over a brute-force box filter: the test oracle."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from cgm_reference import sweep, tol_cmp  # noqa: F401 - the spec's sweep, shared by both oracles
+from cgm_reference import sweep, tol_cmp  # noqa: F401 - the paper's sweep, shared by both oracles
 
 
 def in_box(k: np.ndarray, lo, hi) -> np.ndarray:
@@ -21,7 +21,7 @@ def rtm_reference(ka: np.ndarray, kb: np.ndarray, eps, n: int, refill: str = "pa
     ``page``: each window B (the next N records of range(box_A)) is swept against window A
     until a sweep pairs nothing (B records paired in one sweep leave the window B for the
     next); window B is refilled while some remaining A key plus eps is not before the last key
-    of window B. ``symdiff``: one sweep per window B and the spec's cursor rule (the paper's).
+    of window B. ``symdiff``: one sweep per window B and the paper's cursor rule (the paper's).
     ``fullscan_pairs``: one sweep of window A over all of range(box_A).
     """
     eps = tuple(float(e) for e in eps)

@@ -1,6 +1,6 @@
 """References for the W-join tests: the DuckDB SQL oracle and a brute-force purge rule.
 
-Independent of smerge.merge.wjoin: the SQL is written from the spec (section 6) and the purge
+Independent of smerge.merge.wjoin: the SQL is written from docs/semantics.md section 6 and the purge
 rule is replayed record by record in plain Python.
 """
 
@@ -59,7 +59,7 @@ def arrival_order(times: Sequence[Sequence[float]]) -> list[tuple[int, int]]:
 def rule_drop_index(times: Sequence[Sequence[float]], dist, exhaustion: bool) -> dict[tuple[int, int], int]:
     """For each record, the first arrival index after which the purge rule allows dropping it.
 
-    Without ``exhaustion`` this is the spec's rule; with it, a stream counts as +inf after its
+    Without ``exhaustion`` this is the rule of docs/semantics.md section 6; with it, a stream counts as +inf after its
     last record arrived (the most a correct engine may drop). Records never droppable are absent.
     """
     n = len(times)

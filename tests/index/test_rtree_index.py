@@ -1,4 +1,4 @@
-"""R-tree index over B (spec section 5): range and symdiff equal a brute-force numpy filter,
+"""R-tree index over B (docs/semantics.md section 5): range and symdiff equal a brute-force numpy filter,
 sorted by (key, row id), with paging; persistence; NaN keys; tokens."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adaptive delta control (spec ENGINES.md section 10): every pass is section 3 with the K in
+"""Adaptive delta control (docs/semantics.md section 10): every pass is section 3 with the K in
 force, K is recorded per report window, the controller's rule, and the delta target on gen data."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def controller_schedule(a, b, p, recorded):
 
 
 def reference_kappas(passes, n, a_records, matched_total):
-    """Report windows of the reference's passes (spec section 4), then the end's unmatched A;
+    """Report windows of the reference's passes (docs/semantics.md section 4), then the end's unmatched A;
     every window retires at least N records of A: a short last group joins the window before."""
     counts, m_acc, r_acc = [], 0, 0
     for m, r in passes:

@@ -1,4 +1,4 @@
-"""RTM engine (spec ENGINES.md sections 2, 4, 5): worked example through a real server, oracle
+"""RTM engine (docs/semantics.md sections 2, 4, 5): worked example through a real server, oracle
 equality with a plain-Python RTM, invariants on random partially sorted data."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def run(ta, tb, p, source=None, batch=7):
 @pytest.mark.slow
 @pytest.mark.parametrize("refill", ["page", "symdiff"])
 def test_worked_example_through_a_real_server(refill):
-    """Seed 000 section 4.2: N=5, eps=0, A={2,4,6,8,10}, B gives {2..6} then {7..10}."""
+    """Mazzucco et al. (SC2002) section 4.2: N=5, eps=0, A={2,4,6,8,10}, B gives {2..6} then {7..10}."""
     from smerge.transport.flight_client import IndexClient
     from smerge.transport.flight_server import IndexServer
 

@@ -194,7 +194,7 @@ def test_equals_duckdb_oracle_on_random_streams(case):
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(wjoin_case())
 def test_purge_is_safe_and_as_eager_as_the_rule(case):
-    """Per record: dropped no later than the spec's rule allows, never before the last tuple using it."""
+    """Per record: dropped no later than the rule of docs/semantics.md section 6 allows, never before the last tuple using it."""
     tables, windows, kw, (ours, sql, _), method, batch = case
     n = len(tables)
     p = WJoinParams(n, ("t",), where=ours, with_ids=True, method=method, **kw)

@@ -1,4 +1,4 @@
-"""DATA.md sections 1-3 hold on Spark as in-process: keys by name (a transposed B), CF time on
+"""docs/data.md hold on Spark as in-process: keys by name (a transposed B), CF time on
 one base (different reference dates, an offset), values masked by valid_range counted."""
 
 from __future__ import annotations

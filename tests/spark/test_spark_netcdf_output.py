@@ -1,4 +1,4 @@
-"""netCDF output of a CGM run on Spark keeps geolocation as --local does (spec/DATA.md section 4)."""
+"""netCDF output of a CGM run on Spark keeps geolocation as --local does (docs/data.md, "Outputs")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frequent-item transport (ENGINES.md section 9): sender/receiver equal to the exact counts with
+"""Frequent-item transport (docs/semantics.md section 9): sender/receiver equal to the exact counts with
 c = 0, within c for c > 0; lifetimes without frequent items, items that stop or start being
 frequent, empty lifetimes, ranges that cut a lifetime; the server's summarised stream (token,
 a client killed mid-stream)."""
