@@ -18,9 +18,11 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, choose_route, parse_conf, parse_eps,
+from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, choose_route, parse_conf,
                                progress_enabled, run_guarded, split_list, tqdm_progress)
 from smerge.errors import SmergeError, UsageError
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_LEAST_INCREMENT, DEFAULT_WINDOW_SIZE
+from smerge.merge.values import parse_eps
 
 app = typer.Typer(add_completion=False)
 
@@ -103,16 +105,16 @@ def make_job(j: dict[str, Any]):
     from smerge.jobs import CGMJob, default_output
 
     output = j.get("output") or os.path.join(os.path.dirname(j["a"]), default_output(j["a"], j["b"]))
-    inc = j.get("increment", 1000)
+    inc = j.get("increment", DEFAULT_LEAST_INCREMENT)
     eps = j.get("eps", 0.0)
     if isinstance(eps, str):
         eps = parse_eps(eps)
     return CGMJob(
         a=j["a"], b=j["b"], output=output, format=j.get("format"), keys_a=_names(j.get("keys")),
         keys_b=_names(j.get("keys_b")), vars_a=_names(j.get("vars_a")), vars_b=_names(j.get("vars_b")),
-        eps=eps, window_size=j.get("window", 5000), least_increment_a=j.get("increment_a", inc),
+        eps=eps, window_size=j.get("window", DEFAULT_WINDOW_SIZE), least_increment_a=j.get("increment_a", inc),
         least_increment_b=j.get("increment_b", inc), with_ids=j.get("with_ids", False),
-        nan_keys=j.get("nan_keys", "error"), delta=j.get("delta"), delta_windows=j.get("delta_windows", 10),
+        nan_keys=j.get("nan_keys", "error"), delta=j.get("delta"), delta_windows=j.get("delta_windows", DEFAULT_DELTA_WINDOWS),
         adapt=j.get("adapt", False),
         unmatched=j.get("unmatched"), stats=j.get("stats") or f"{output.rstrip('/' + os.sep)}.stats.json",
         kappa_max=j.get("kappa_max", False), overwrite=j.get("overwrite", False),

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.common import (delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, progress_enabled,
+from smerge.cli.common import (delta_exit, emit_stats, merge_summary, parse_conf, progress_enabled,
                                run_guarded, split_list, tqdm_progress)
 from smerge.cli.options import (AdaptOpt, ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt,  # noqa: F401 (re-exported)
                                 FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt, KeysOpt, LocalOpt, MasterOpt, NanOpt,
@@ -16,6 +16,8 @@ from smerge.cli.options import (AdaptOpt, ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt
                                 VarsBOpt, VerboseOpt, WindowOpt)
 from smerge.cli.plot import PlotOpt, check_plot, write_plot
 from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_LEAST_INCREMENT, DEFAULT_WINDOW_SIZE
+from smerge.merge.values import parse_eps
 
 app = typer.Typer(add_completion=False)
 
@@ -30,8 +32,8 @@ def cgm(
     vars_a: VarsAOpt = None,
     vars_b: VarsBOpt = None,
     eps: EpsOpt = "0",
-    window: WindowOpt = 5000,
-    increment: Annotated[int, typer.Option("--increment", help="Least window increment K (sets K_A and K_B).")] = 1000,
+    window: WindowOpt = DEFAULT_WINDOW_SIZE,
+    increment: Annotated[int, typer.Option("--increment", help="Least window increment K (sets K_A and K_B).")] = DEFAULT_LEAST_INCREMENT,
     increment_a: Annotated[Optional[int], typer.Option("--increment-a", help="K_A, when it differs from K_B.")] = None,
     increment_b: Annotated[Optional[int], typer.Option("--increment-b", help="K_B, when it differs from K_A.")] = None,
     output: OutputOpt = None,
@@ -43,7 +45,7 @@ def cgm(
     plot: PlotOpt = None,
     json_: JsonOpt = False,
     delta: DeltaOpt = None,
-    delta_windows: DeltaWOpt = 10,
+    delta_windows: DeltaWOpt = DEFAULT_DELTA_WINDOWS,
     adapt: AdaptOpt = False,
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",

@@ -106,36 +106,6 @@ def check_int_range(value: int | None, what: str, lo: int, hi: int, *, hint: str
         raise UsageError(f"{what} is {value}; give an integer from {lo} to {top}{hint}")
 
 
-def parse_eps(value: str) -> float | str | dict[str, float | str]:
-    """``0.01``, ``lat=0.01,lon=0.01,time=0`` or with durations on time keys: ``time=1h``.
-
-    Durations stay strings here; the library converts them with the key's type (and refuses
-    them on keys that are not times)."""
-    value = value.strip()
-
-    def number_or_duration(v: str, what: str) -> float | str:
-        v = v.strip()
-        try:
-            return float(v)
-        except ValueError:
-            if v[:1].isdigit() or v[:1] == ".":
-                return v  # a duration such as 1h or 30min: checked against the key's type
-            raise UsageError(f"{what} {v!r} is not a number or a duration; use --eps 0.01 or --eps lat=0.01,time=1h") \
-                from None
-
-    if "=" not in value:
-        return number_or_duration(value, "--eps")
-    out: dict[str, float | str] = {}
-    for part in value.split(","):
-        k, sep, v = part.partition("=")
-        if not sep or not k.strip():
-            raise UsageError(f"--eps part {part!r} is not KEY=VALUE; use --eps lat=0.01,lon=0.02")
-        if k.strip() in out:
-            raise UsageError(f"--eps names key {k.strip()!r} twice; give one tolerance per key")
-        out[k.strip()] = number_or_duration(v, f"--eps value for {k.strip()!r}:")
-    return out
-
-
 def progress_enabled(flag: bool | None) -> bool:
     return sys.stderr.isatty() if flag is None else flag
 

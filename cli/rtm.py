@@ -11,11 +11,13 @@ import typer
 from smerge.cli.cgm import (ConfOpt, DebugOpt, DeltaOpt, DeltaWOpt, EpsOpt, FormatOpt, IdsOpt, JsonOpt, KappaOpt, KeysBOpt,
                             KeysOpt, MasterOpt, NanOpt, OutputOpt, OverwriteOpt, ProgressOpt, StatsOpt, UnmatchedOpt,
                             VarsAOpt, VarsBOpt, VerboseOpt, WindowOpt)
-from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, parse_eps, \
+from smerge.cli.common import delta_exit, emit_stats, merge_summary, parse_conf, \
     progress_enabled, run_guarded, split_list, tqdm_progress
 
 from smerge.cli.plot import PlotOpt, check_plot, write_plot  # noqa: E402
 from smerge.cli.sampling import BudgetOpt, SampleAOpt, SampleBOpt  # noqa: E402
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE
+from smerge.merge.values import parse_eps
 
 app = typer.Typer(add_completion=False)
 RTMLocalOpt = Annotated[bool, typer.Option("--local", help="Run in this process, no JVM (default: auto, see "
@@ -39,7 +41,7 @@ def rtm(
     vars_a: VarsAOpt = None,
     vars_b: VarsBOpt = None,
     eps: EpsOpt = "0",
-    window: WindowOpt = 5000,
+    window: WindowOpt = DEFAULT_WINDOW_SIZE,
     output: OutputOpt = None,
     format: FormatOpt = None,
     overwrite: OverwriteOpt = False,
@@ -49,7 +51,7 @@ def rtm(
     plot: PlotOpt = None,
     json_: JsonOpt = False,
     delta: DeltaOpt = None,
-    delta_windows: DeltaWOpt = 10,
+    delta_windows: DeltaWOpt = DEFAULT_DELTA_WINDOWS,
     kappa_max: KappaOpt = False,
     nan_keys: NanOpt = "error",
     sample_a: SampleAOpt = None,

@@ -32,27 +32,6 @@ def wjoin_summary(s: dict) -> str:
     return "\n".join(lines + run_lines(s))
 
 
-def _check_bounds(window: str | None, pair_windows: list[str], n: int) -> None:
-    """Every bound must be a finite duration (in nanoseconds too): ``1e400`` or ``1e300s`` would
-    overflow; a bound longer than the data's time span already means no bound."""
-    import math
-
-    from smerge.errors import UsageError
-    from smerge.merge.wjoin import _CALENDAR_UNITS_NS, _UNITS_NS, parse_duration
-    from smerge.jobs.wjoin import parse_pair_window
-
-    bounds = [("--window", window, parse_duration(window))] if window is not None else []
-    if n >= 2:
-        bounds += [("--pair-window", s, parse_pair_window(s, n)[2]) for s in pair_windows]
-    for what, text, d in bounds:
-        if d is None:
-            continue
-        ns_per = {**_UNITS_NS, **_CALENDAR_UNITS_NS}.get(d.unit or "", 1)
-        if not math.isfinite(d.value * ns_per):
-            raise UsageError(f"{what} {text!r} is too large to hold; give a finite duration such as 6h or 2d "
-                             "(a bound longer than the data's time span already means no bound)")
-
-
 @app.command("wjoin")
 def wjoin(
     inputs: Annotated[list[str], typer.Argument(help="Two or more time-ordered streams (netCDF, Parquet, CSV, Arrow IPC).")],
@@ -95,7 +74,6 @@ def wjoin(
                        "--master": master}, inputs=inputs)
         check_int_range(partitions, "--partitions", 1, MAX_PARTITIONS)
         check_int_range(batch_rows, "--batch-rows", 1, MAX_BATCH_ROWS)
-        _check_bounds(window, pair_window or (), len(inputs))
         from smerge.jobs.pipeline import RunOptions, execute
         from smerge.jobs.wjoin import WJoinJob
 

@@ -31,7 +31,8 @@ import xarray as xr
 
 from smerge.errors import UsageError
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
-from smerge.merge.keys import duration_seconds
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE
+from smerge.merge.values import parse_duration
 from smerge.merge.output import b_output_names
 
 HOWS = ("cgm", "exact-grid")
@@ -80,7 +81,7 @@ def _eps_value(key: str, kind: str, value: Any) -> float:
     if kind.startswith("time") or kind == "duration":
         if isinstance(value, str):
             cal = kind[5:-1] if kind.startswith("time") else None
-            return duration_seconds(value, calendar=cal, what=f"eps {key}=") * 1e6
+            return parse_duration(value, f"eps {key}=").nanoseconds(cal, f"eps {key}=") / 1e3
         if isinstance(value, datetime.timedelta):
             return value.total_seconds() * 1e6
         if isinstance(value, np.timedelta64):
@@ -261,7 +262,7 @@ def _on_a_grid(ds_a, ds_b, axes: list[_Axis], b_vars: list[str], how: str, param
             yield _key_batch(names_a, vals, payload)
 
     row = int(np.prod(shape_a[1:])) if len(shape_a) > 1 else 1
-    n_window = int(params.pop("window_size", None) or max(5000, 2 * row))
+    n_window = int(params.pop("window_size", None) or max(DEFAULT_WINDOW_SIZE, 2 * row))
     k = int(params.pop("least_increment", None) or max(1, n_window // 5))
     cgm = CGMParams(keys=MergeKeys(tuple(names_a), tuple(names_a)), eps=tuple(ax.eps for ax in axes),
                     window_size=n_window, least_increment_a=k, least_increment_b=k, with_ids=True, **params)
@@ -343,7 +344,7 @@ def merge(ds_a: xr.Dataset, ds_b: xr.Dataset, *, eps: float | Mapping[str, Any] 
           how: str = "cgm", keys: Sequence[str] | None = None, keys_b: Sequence[str] | None = None,
           variables_b: Sequence[str] | None = None, window_size: int | None = None,
           least_increment: int | None = None, nan_keys: str = "error", delta: float | None = None,
-          delta_windows: int = 10, slab_records: int = DEFAULT_SLAB_RECORDS) -> xr.Dataset:
+          delta_windows: int = DEFAULT_DELTA_WINDOWS, slab_records: int = DEFAULT_SLAB_RECORDS) -> xr.Dataset:
     """A with B's variables on A's grid (missing where unmatched); ``_b`` appended on name clashes.
 
     ``eps``: one tolerance or one per key name (others 0); on time keys a duration. ``how``:

@@ -22,6 +22,7 @@ from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, de
 from smerge.merge import CGMParams, MergeKeys, MergeStats, cgm_merge, resolve_eps
 from smerge.merge.keys import check_key_compat, key_eps, with_keys
 from smerge.merge.output import pair_schema
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_LEAST_INCREMENT, DEFAULT_WINDOW_SIZE
 from smerge.transport import BackgroundWriter, Prefetcher
 
 
@@ -38,13 +39,13 @@ class CGMJob:
     vars_a: tuple[str, ...] | None = None
     vars_b: tuple[str, ...] | None = None
     eps: float | Mapping[str, float] | tuple[float, ...] = 0.0
-    window_size: int = 5000
-    least_increment_a: int = 1000
-    least_increment_b: int = 1000
+    window_size: int = DEFAULT_WINDOW_SIZE
+    least_increment_a: int = DEFAULT_LEAST_INCREMENT
+    least_increment_b: int = DEFAULT_LEAST_INCREMENT
     with_ids: bool = False
     nan_keys: str = "error"
     delta: float | None = None
-    delta_windows: int = 10
+    delta_windows: int = DEFAULT_DELTA_WINDOWS
     adapt: bool = False
     unmatched: str | None = None
     stats: str | None = None

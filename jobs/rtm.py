@@ -32,7 +32,7 @@ from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memor
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
 from smerge.merge.output import pair_schema
-from smerge.merge.params import MergeKeys, resolve_eps
+from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, resolve_eps
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
 
@@ -53,12 +53,12 @@ class RTMJob:
     vars_a: tuple[str, ...] | None = None
     vars_b: tuple[str, ...] | None = None
     eps: float | Mapping[str, float] | tuple[float, ...] = 0.0
-    window_size: int = 5000
+    window_size: int = DEFAULT_WINDOW_SIZE
     refill: str = "page"
     with_ids: bool = False
     nan_keys: str = "error"
     delta: float | None = None
-    delta_windows: int = 10
+    delta_windows: int = DEFAULT_DELTA_WINDOWS
     unmatched: str | None = None
     stats: str | None = None
     kappa_max: bool = False

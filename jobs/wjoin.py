@@ -20,7 +20,8 @@ from smerge.datasets import InputSource, format_for, open_input, open_output
 from smerge.datasets.writers import DATASET_FORMAT, check_output_schema
 from smerge.errors import UsageError
 from smerge.jobs.outputs import check_run_outputs, write_stats
-from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, make_plan, parse_duration, wjoin
+from smerge.merge.values import Duration, parse_duration
+from smerge.merge.wjoin import WJoinParams, WJoinStats, make_plan, wjoin
 from smerge.transport import Prefetcher
 
 
@@ -70,7 +71,7 @@ def parse_pair_window(spec: str, n: int) -> tuple[int, int, Duration | None]:
         raise UsageError(f"--pair-window {spec!r}: stream numbers must be two different values in 1..{n}")
     if dur.strip().lower() in ("none", "inf", "off"):
         return i, j, None
-    return i, j, parse_duration(dur.strip(), "--pair-window")
+    return i, j, parse_duration(dur.strip(), "--pair-window", shown=spec)
 
 
 def parse_vars(specs: Sequence[str], n: int) -> tuple[tuple[str, ...] | None, ...]:

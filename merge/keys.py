@@ -15,13 +15,13 @@ timestamps become fractional microseconds (about 0.25 us apart in this century).
 
 from __future__ import annotations
 
-import re
 from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, UsageError
+from smerge.merge.values import parse_duration
 
 TIME_BASE = "microseconds since 1970-01-01 00:00:00 UTC"
 US_PER_UNIT = {"s": 1e6, "ms": 1e3, "us": 1.0, "ns": 1e-3}
@@ -207,33 +207,6 @@ def with_keys(batches: Iterable[pa.RecordBatch], keys: Sequence[str]) -> Iterato
 
 # ---- tolerances on time keys ----------------------------------------------------------------
 
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([A-Za-z]+)\s*$")
-DURATION_SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "min": 60.0, "h": 3600.0, "hr": 3600.0,
-                    "d": 86400.0, "day": 86400.0, "days": 86400.0, "w": 7 * 86400.0}
-# Months and years are fixed lengths only in the 360-day calendar.
-CALENDAR_SECONDS = {"mo": 30 * 86400.0, "y": 360 * 86400.0}
-
-
-def duration_seconds(text: str, *, calendar: str | None, what: str) -> float:
-    """``"90s"``, ``"6h"``, ``"30min"``, ``"2d"`` (and ``mo``/``y`` on the 360_day calendar) in seconds.
-
-    ``m``/``M`` are refused: minute or month? Write ``min`` or ``mo``."""
-    m = _DURATION.match(text)
-    if not m:
-        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d")
-    value, unit = float(m.group(1)), m.group(2)
-    if unit in ("m", "M"):
-        raise UsageError(f"{what} {text!r}: {unit!r} could be minutes or months; write min or mo")
-    if unit in CALENDAR_SECONDS:
-        if calendar != "360_day":
-            raise UsageError(f"{what} {text!r}: months and years have no fixed length in the "
-                             f"{calendar or 'standard'} calendar; give days or hours")
-        return value * CALENDAR_SECONDS[unit]
-    if unit not in DURATION_SECONDS:
-        raise UsageError(f"{what} {text!r}: unknown unit {unit!r}; use us, ms, s, min, h, d, w")
-    return value * DURATION_SECONDS[unit]
-
-
 def time_key_scale(field: pa.Field) -> tuple[float, float, str | None] | None:
     """For a time key: (raw units per second, raw units per plain number, calendar); else None.
 
@@ -266,7 +239,7 @@ def key_eps(eps, keys: Sequence[str], schema: pa.Schema):
             except ValueError:
                 if sc is None:
                     raise UsageError(f"--eps for key {k!r} is {v!r}; {k!r} is not a time, so give a number") from None
-                return duration_seconds(v, calendar=sc[2], what=f"--eps {k}=") * sc[0]
+                return parse_duration(v, f"--eps {k}=").nanoseconds(sc[2], f"--eps {k}=") / 1e9 * sc[0]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise UsageError(f"--eps for key {k!r} is {v!r}, not a number")
         return float(v) * sc[1] if sc is not None else float(v)

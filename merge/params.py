@@ -2,43 +2,27 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
 from smerge.errors import UsageError
 from smerge.memory import check_fits
+from smerge.merge.values import check_count, check_eps, check_fraction, check_window_size, eps_per_key
 
 DEFAULT_WINDOW_SIZE = 5000
 DEFAULT_LEAST_INCREMENT = 1000
 DEFAULT_DELTA_WINDOWS = 10
-# Upper bounds (README lists them): the engines allocate their window buffers, about 200 bytes
-# per record of N for three keys, up front; a larger N cannot be a real request.
-MAX_WINDOW_SIZE = 10**9
+# Upper bounds (README lists them; MAX_WINDOW_SIZE is merge.values'): the engines allocate their
+# window buffers, about 200 bytes per record of N for three keys, up front.
 WINDOW_RECORD_BYTES = 200
 MAX_DELTA_WINDOWS = 10**9
 NAN_KEY_POLICIES = ("error", "unmatched")
 
 
 def resolve_eps(eps: float | Sequence[float] | Mapping[str, float], keys: Sequence[str]) -> tuple[float, ...]:
-    """One tolerance per key: a scalar applies to all keys; a mapping names keys (others 0)."""
-    if isinstance(eps, Mapping):
-        unknown = sorted(set(eps) - set(keys))
-        if unknown:
-            raise UsageError(
-                f"--eps names {', '.join(unknown)}, which are not merge keys; the keys are {', '.join(keys)}"
-            )
-        out = tuple(float(eps.get(k, 0.0)) for k in keys)
-    elif isinstance(eps, (int, float)):
-        out = (float(eps),) * len(keys)
-    else:
-        out = tuple(float(e) for e in eps)
-        if len(out) != len(keys):
-            raise UsageError(f"--eps has {len(out)} values but there are {len(keys)} keys ({', '.join(keys)})")
-    for k, e in zip(keys, out):
-        if math.isnan(e) or e < 0 or math.isinf(e):
-            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
-    return out
+    """One tolerance per key: a scalar applies to all keys; a mapping names keys (others 0).
+    The values are checked once, by the parameters they go into (``check_common``)."""
+    return eps_per_key(eps, keys)
 
 
 @dataclass(frozen=True)
@@ -60,24 +44,14 @@ class MergeKeys:
 
 def check_common(p) -> None:
     """Checks shared by the engines' parameter classes (window size, eps, NaN policy, delta)."""
-    n = p.window_size
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WINDOW_SIZE:
-        raise UsageError(f"--window is {n}; the window size N must be an integer from 1 to 10^9 "
-                         "(its buffers, about 200 bytes a record, are allocated up front)")
+    n = check_window_size(p.window_size)
     check_fits(n * WINDOW_RECORD_BYTES, f"--window {n:,} (its buffers are allocated up front)", "lower --window")
-    if len(p.eps) != len(p.keys.a):
-        raise UsageError(f"{len(p.eps)} tolerances for {len(p.keys.a)} keys")
-    for k, e in zip(p.keys.a, p.eps):
-        if math.isnan(e) or e < 0 or math.isinf(e):
-            raise UsageError(f"--eps for key {k!r} is {e}; a tolerance must be a finite number >= 0")
+    check_eps(p.eps, p.keys.a)
     if p.nan_keys not in NAN_KEY_POLICIES:
         raise UsageError(f"--nan-keys is {p.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
-    if p.delta is not None and (isinstance(p.delta, bool) or not isinstance(p.delta, (int, float))
-                                or not 0.0 <= p.delta <= 1.0):
-        raise UsageError(f"--delta is {p.delta}; the allowed drop rate is a fraction in [0, 1]")
-    m = p.delta_windows
-    if isinstance(m, bool) or not isinstance(m, int) or not 1 <= m <= MAX_DELTA_WINDOWS:
-        raise UsageError(f"--delta-windows is {m}; use an integer from 1 to 10^9")
+    if p.delta is not None:
+        check_fraction(p.delta, "--delta", zero=True, note="(the allowed drop rate)")
+    check_count(p.delta_windows, "--delta-windows", 1, MAX_DELTA_WINDOWS)
 
 
 def check_adapt(adapt: bool, delta: float | None) -> None:

@@ -40,6 +40,7 @@ from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
 from smerge.merge.hashing import mix64 as _mix
 from smerge.merge.stats import BoundedSeries
+from smerge.merge.values import NS_PER_UNIT, Duration, parse_duration
 
 DEFAULT_OUTPUT_ROWS = 65536
 SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arrivals is halved
@@ -49,43 +50,10 @@ SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arr
 # address-space limit with an inequality between two of the streams).
 MAX_PARTIAL_TUPLES = 4_000_000
 METHODS = ("auto", "hash", "nested-loop")
-_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
-             "h": 3600 * 10**9, "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
-# Months and years: fixed only in the 360_day calendar (checked in resolve_bound).
-_CALENDAR_UNITS_NS = {"mo": 30 * 86400 * 10**9, "y": 360 * 86400 * 10**9}
-_DUR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 _ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 # ---- parameters -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Duration:
-    """A window bound: ``value`` in ``unit`` ("ns".."w"), or in the time column's own unit (None)."""
-
-    value: float
-    unit: str | None = None
-
-    def __str__(self) -> str:
-        return f"{self.value:g}{self.unit or ''}"
-
-
-def parse_duration(text: str | float | int | Duration, what: str = "--window") -> Duration:
-    """``"90s"``, ``"6h"``, ``"2d"``, ``"1.5h"`` or a plain number in the time column's unit."""
-    if isinstance(text, Duration):
-        return text
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        if math.isnan(text) or text < 0:
-            raise UsageError(f"{what} {text} must be a number >= 0")
-        return Duration(float(text))
-    m = _DUR_RE.match(str(text))
-    if m and m.group(2) in ("m", "M"):
-        raise UsageError(f"{what} {text!r}: {m.group(2)!r} could be minutes or months; write min or mo")
-    if not m or (m.group(2) and m.group(2).lower() not in _UNITS_NS and m.group(2).lower() not in _CALENDAR_UNITS_NS):
-        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d (units ns us ms s min "
-                         "h d w; mo y on 360_day times) or a plain number in the time column's unit")
-    return Duration(float(m.group(1)), m.group(2).lower() or None)
-
 
 @dataclass(frozen=True)
 class WJoinParams:
@@ -129,7 +97,7 @@ class WJoinParams:
             raise UsageError(f"aliases {', '.join(aliases)} are not distinct")
         object.__setattr__(self, "aliases", aliases)
         if self.window is not None:
-            object.__setattr__(self, "window", parse_duration(self.window))
+            object.__setattr__(self, "window", parse_duration(self.window, "--window"))
         pw = []
         for i, j, d in self.pair_windows:
             if not (0 <= i < n and 0 <= j < n) or i == j:
@@ -173,6 +141,11 @@ class WJoinParams:
         return g
 
 
+def _floor_ticks(x: float) -> int:
+    """A bound in whole ticks, at most int64's largest (a longer bound is as good as none)."""
+    return int(min(math.floor(x + 1e-9), INT_POS))
+
+
 def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
     """A bound in the time representation of ``kind`` (see ``_time_kind``): int64 ns
     ("datetime"), int64 us ("datetime_us", and "cf:<calendar>" for decoded CF times in other
@@ -189,20 +162,14 @@ def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
                 raise UsageError(f"{what} {d} has no unit and the streams' timestamps have different units; give "
                                  "a duration such as 90s, 30min or 6h")
             # A plain number is in the time columns' own unit (seconds for timestamp[s], ...).
-            return int(math.floor(d.value * _UNITS_NS[plain_unit] / ns_per_raw + 1e-9))
-        if d.unit in _CALENDAR_UNITS_NS:
-            if kind != "cf:360_day":
-                raise UsageError(f"{what} {d}: months and years have no fixed length in this calendar; "
-                                 "give days or hours")
-            ns = d.value * _CALENDAR_UNITS_NS[d.unit]
-        else:
-            ns = d.value * _UNITS_NS[d.unit]
-        return int(math.floor(ns / ns_per_raw + 1e-9))
+            return _floor_ticks(d.value * NS_PER_UNIT[plain_unit] / ns_per_raw)
+        # decoded CF times carry their calendar in the kind ("cf:360_day"); the others are standard
+        return _floor_ticks(d.nanoseconds(kind[3:] if kind.startswith("cf:") else None, what) / ns_per_raw)
     if d.unit:
         raise UsageError(f"{what} {d} has a unit but the time column is a plain number; give the bound as a plain "
                          "number in the time column's unit")
     if kind == "int":
-        return int(math.floor(d.value + 1e-9))
+        return _floor_ticks(d.value)
     return float(d.value)
 
 
