@@ -69,6 +69,24 @@ def local_real(path: str) -> str | None:
     return os.path.realpath(os.path.expanduser(path))
 
 
+def _remote(path: str) -> str | None:
+    """An object-store URL (s3://, gs://, az://, https://; ``smerge.datasets.remote``) without
+    its trailing slash, or None: such outputs are written locally and uploaded at the commit."""
+    from smerge.datasets.remote import is_remote
+
+    return path.rstrip("/") if is_remote(path) else None
+
+
+def _local_stand_in(target: str) -> str:
+    """Where the temporary file or folder of ``target`` is made: beside it, or for an object-store
+    output in the local temporary folder (``TMPDIR``), named after it."""
+    if not _remote(target):
+        return target
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), os.path.basename(target.rstrip("/")) or "output")
+
+
 def _inside(child: str, folder: str) -> bool:
     return child == folder or child.startswith(folder.rstrip(os.sep) + os.sep)
 
@@ -116,6 +134,13 @@ def check_target(path: str, *, overwrite: bool, folder: bool, inputs: Iterable[s
     """
     label = "output" if opt == "-o" else opt
     target = path.rstrip("/" + os.sep) or path
+    if _remote(target):  # an object store (s3://, gs://, ...): smerge.datasets.remote
+        from smerge.datasets import remote
+
+        if any(inp and _remote(inp) and inp.rstrip("/") == target for inp in inputs):
+            raise OutputError(f"{opt} {path!r} is also an input; choose another path")
+        remote.check_output(target, overwrite=overwrite, folder=folder, opt=opt)
+        return
     real = local_real(target)
     if real is None:
         return  # a URL output: its store decides
@@ -169,10 +194,10 @@ def check_parent(path: str, *, opt: str = "-o") -> None:
 def check_distinct(inputs: Iterable[str | None], outputs: Sequence[tuple[str, str, bool]]) -> None:
     """Refuse (``OutputError``) an output whose real path is an input, is another output's,
     or lies inside another output that is a folder. ``outputs``: (label, path, is a folder)."""
-    ins = [(p, r) for p in inputs if p for r in [local_real(p)] if r is not None]
+    ins = [(p, r) for p in inputs if p for r in [local_real(p) or _remote(p)] if r]
     seen: list[tuple[str, str, str, bool]] = []  # (label, path, real, folder)
     for opt, path, folder in outputs:
-        real = local_real(path.rstrip("/" + os.sep) or path)
+        real = local_real(path.rstrip("/" + os.sep) or path) or _remote(path)
         if real is None:
             continue
         for p, r in ins:
@@ -269,6 +294,7 @@ def remove_stale(directory: str) -> list[str]:
 def make_temp_file(target: str, suffix: str = "") -> str:
     """Create an empty owner-tagged temporary file beside ``target`` (mode 0666 minus the
     umask) after sweeping the leftovers of killed runs there; returns its path."""
+    target = _local_stand_in(target)
     remove_stale(os.path.dirname(os.path.abspath(target)))
     tmp = temp_name(target, "tmp", suffix)
     try:
@@ -282,6 +308,7 @@ def make_temp_file(target: str, suffix: str = "") -> str:
 def make_staging(target: str, kind: str = "tmp", *, dataset: bool = False) -> str:
     """Create an owner-tagged staging folder beside ``target`` (mode 0777 minus the umask)
     after sweeping the leftovers of killed runs there; ``dataset``: put the marker in it."""
+    target = _local_stand_in(target)
     remove_stale(os.path.dirname(os.path.abspath(target.rstrip("/" + os.sep) or target)))
     tmp = temp_name(target, kind)
     try:
@@ -418,7 +445,13 @@ def claim_file(tmp: str, target: str, *, overwrite: bool, opt: str = "-o") -> No
     """Move the finished temporary file ``tmp`` to ``target``. Without ``overwrite`` the name is
     claimed atomically: when ``target`` exists by now (another run won the race, or a file was
     created there during the run) ``tmp`` is removed and ``OutputError`` raised. With
-    ``overwrite`` one rename replaces a file (never a folder)."""
+    ``overwrite`` one rename replaces a file (never a folder). An object-store ``target`` is
+    uploaded (``smerge.datasets.remote.upload_file``: a conditional put claims the key)."""
+    if _remote(target):
+        from smerge.datasets import remote
+
+        remote.upload_file(tmp, target, overwrite=overwrite, opt=opt)
+        return
     try:
         if overwrite:
             if os.path.isdir(target) and not os.path.islink(target):
@@ -441,8 +474,14 @@ def replace_dir(staging: str, target: str, *, overwrite: bool, opt: str = "-o") 
     losing it raises ``OutputError``. With ``overwrite`` an existing ``target`` is replaced
     only when the rule allows it (empty, or smerge's marker in it), checked again here, by
     one exchange of the two folders; the old one is then removed. When this raises, ``staging``
-    is left to the caller to remove."""
+    is left to the caller to remove. An object-store ``target`` is uploaded, its marker last
+    (``smerge.datasets.remote.upload_dir``)."""
     target = target.rstrip("/" + os.sep) or target
+    if _remote(target):
+        from smerge.datasets import remote
+
+        remote.upload_dir(staging, target, overwrite=overwrite, opt=opt)
+        return
     label = _label(opt)
     for _ in range(3):  # the folder may come and go while we look at it
         if os.path.islink(target):
@@ -515,6 +554,11 @@ def retract(target: str, ident: tuple[int, int] | None) -> None:
     when it is still the file or folder this run put there (``ident``: its device and inode)."""
     if ident is None:
         return
+    if ident[0] in ("remote", "remote-dir"):
+        from smerge.datasets import remote
+
+        remote.retract(ident)
+        return
     try:
         st = os.lstat(target)
     except OSError:
@@ -529,7 +573,11 @@ def retract(target: str, ident: tuple[int, int] | None) -> None:
 
 
 def identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of ``path``, or None."""
+    """(device, inode) of ``path``, or None; for an object-store output what ``retract`` needs."""
+    if _remote(path):
+        from smerge.datasets import remote
+
+        return remote.identity(path)
     try:
         st = os.lstat(path)
     except OSError:

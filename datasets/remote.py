@@ -3,6 +3,9 @@
 Read in this process by byte ranges (Parquet row groups, HDF5 chunks, Zarr chunks), never
 copied whole. Spark's own URLs (``s3a://``, ``hdfs://``) stay with Spark's readers.
 
+Outputs (see the section "Outputs on object stores" below) are written locally and uploaded
+when complete.
+
 Credentials are found where each client looks for them: for S3 (s3fs/botocore) the environment
 (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_PROFILE``),
 ``~/.aws/credentials`` and ``~/.aws/config``, then the instance's role; ``AWS_ENDPOINT_URL``
@@ -166,3 +169,201 @@ def read_magic(path: str) -> bytes:
         raise InputError(f"{path}: is a folder without Zarr metadata (zarr.json or .zgroup), not a data file; "
                          "name a file or a Zarr store")
     return magic
+
+
+# --------------------------------------------------------------------------------------------
+# Outputs on object stores. The output is written to a local temporary file (or staging
+# folder) as any other output, then uploaded at the commit; nothing appears under the final
+# key before. The output rule holds as for local outputs: an existing key is replaced only with
+# ``--overwrite``, a "folder" (key prefix) only when smerge wrote it (its marker object).
+# Without ``--overwrite`` the key is checked before the run, and claimed at the commit by a
+# conditional put (S3 ``If-None-Match: *``: of two runs racing for one key exactly one wins);
+# stores without conditional puts (gs://, az://) are checked again just before the upload, and
+# a key written by someone else between that check and the upload is replaced. A folder's
+# objects are uploaded one by one, its marker last; a reader listing the prefix meanwhile may
+# see some of them.
+
+
+def _output_error(path: str, e: BaseException, opt: str):
+    from smerge.errors import OutputError
+
+    err = error(path, e)
+    text = str(err).replace("cannot read (", "cannot write (").replace("or read a public bucket with SMERGE_ANON=1",
+                                                                       "writing needs credentials")
+    return OutputError(f"{_label(opt)} {text}")
+
+
+def _label(opt: str) -> str:
+    return "output" if opt == "-o" else opt
+
+
+def _keys(fs, p: str) -> list[str]:
+    """Every object below the prefix ``p`` (a "folder"); [] when there is none."""
+    prefix = p.rstrip("/") + "/"
+    try:
+        return [k for k in fs.find(prefix) if k.startswith(prefix)]  # find() of an object gives the object
+    except FileNotFoundError:
+        return []
+
+
+def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o") -> None:
+    """The output rule for an object-store output, before anything is written: the bucket exists
+    and answers (credentials, endpoint), the key is absent (or ``overwrite``), a folder output
+    replaces only a prefix smerge wrote (its marker object), a file output is not a prefix.
+    ``OutputError`` (one line, exit 2) otherwise."""
+    from smerge.datasets.outputs import MARKER
+    from smerge.errors import OutputError
+
+    label = _label(opt)
+    fs, p = filesystem(path)
+    p = p.rstrip("/")
+    bucket = p.split("/", 1)[0]
+    if "/" not in p:
+        raise OutputError(f"{label} {path!r} names a bucket, not an object; give a key (s3://{bucket}/name.parquet)")
+    try:
+        if not fs.exists(bucket):
+            raise OutputError(f"{label} {path!r}: no bucket {bucket!r} at {endpoint() or scheme(path) + '://'}; "
+                              "create it first or check the URL")
+        keys = _keys(fs, p)
+        is_file = not keys and fs.isfile(p)
+    except OutputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - every client error becomes one line
+        raise _output_error(path, e, opt) from None
+    if folder:
+        if is_file:
+            raise OutputError(f"{label} {path!r} is an object, not a dataset folder; choose another {opt}")
+        if keys and not overwrite:
+            raise OutputError(f"{label} {path!r} already exists ({len(keys)} objects); pass --overwrite to replace it "
+                              f"or choose another {opt}")
+        if keys and f"{p}/{MARKER}" not in keys:
+            raise OutputError(f"{label} {path!r} is a folder smerge did not write (no {MARKER} marker object in it); "
+                              f"--overwrite replaces only smerge's own dataset folders: remove it yourself or choose "
+                              f"another {opt}")
+        return
+    if keys:
+        raise OutputError(f"{label} {path!r} is a folder (objects below it); name an object")
+    if is_file and not overwrite:
+        raise OutputError(f"{label} {path!r} already exists; pass --overwrite to replace it or choose another {opt}")
+
+
+def _taken(path: str, opt: str):
+    from smerge.errors import OutputError
+
+    return OutputError(f"{_label(opt)} {path!r} was created by another run or program while this one was writing; "
+                       f"it is kept and nothing was written: pass --overwrite to replace it or choose another {opt}")
+
+
+def _put(fs, local: str, p: str, *, create: bool) -> None:
+    """Upload one file; ``create``: only when the key is absent (``FileExistsError`` otherwise)."""
+    if create and type(fs).__module__.startswith("s3fs"):
+        fs.put_file(local, p, mode="create")  # If-None-Match: * (also on the multipart completion)
+        return
+    if create and fs.exists(p):
+        raise FileExistsError(p)
+    fs.put_file(local, p)
+
+
+def upload_file(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> None:
+    """Put the finished local file ``local`` at ``path`` (see the section's doc); ``local`` is
+    removed either way."""
+    fs, p = filesystem(path)
+    try:
+        _put(fs, local, p, create=not overwrite)
+    except FileExistsError:
+        raise _taken(path, opt) from None
+    except Exception as e:  # noqa: BLE001
+        if "PreconditionFailed" in str(e) or "pre-conditions" in str(e):
+            raise _taken(path, opt) from None
+        raise _output_error(path, e, opt) from None
+    finally:
+        with _suppress():
+            os.unlink(local)
+
+
+def upload_dir(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> None:
+    """Put the finished local folder ``local`` (which holds smerge's marker) at the prefix
+    ``path``: every file, the marker last; with ``overwrite`` the objects of the previous output
+    that the new one does not hold are removed after. The folder rule is checked again first."""
+    import shutil
+
+    from smerge.datasets.outputs import MARKER
+
+    fs, p = filesystem(path)
+    p = p.rstrip("/")
+    done: list[str] = []
+    try:
+        check_output(path, overwrite=overwrite, folder=True, opt=opt)
+        old = set(_keys(fs, p)) if overwrite else set()
+        files = []
+        for root, _, names in os.walk(local):
+            for n in names:
+                rel = os.path.relpath(os.path.join(root, n), local).replace(os.sep, "/")
+                files.append(rel)
+        files.sort(key=lambda r: (r == MARKER, r))
+        for rel in files:
+            _put(fs, os.path.join(local, rel), f"{p}/{rel}", create=not overwrite)
+            done.append(f"{p}/{rel}")
+        stale = sorted(old - set(done))
+        if stale:
+            fs.rm(stale)
+    except BaseException as e:
+        if not overwrite and done:
+            with _suppress():
+                fs.rm(done)
+        if isinstance(e, FileExistsError) or "pre-conditions" in str(e) or "PreconditionFailed" in str(e):
+            raise _taken(path, opt) from None
+        from smerge.errors import SmergeError
+
+        if isinstance(e, (SmergeError, KeyboardInterrupt, SystemExit)) or not isinstance(e, Exception):
+            raise
+        raise _output_error(path, e, opt) from None
+    finally:
+        shutil.rmtree(local, ignore_errors=True)
+
+
+def _etag(fs, p: str):
+    try:
+        return fs.info(p).get("ETag")
+    except Exception:  # noqa: BLE001 - only to recognise our own object later
+        return None
+
+
+def identity(path: str) -> tuple | None:
+    """What was just put at ``path``: the object and its ETag, or the objects below a prefix."""
+    with _suppress():
+        fs, p = filesystem(path)
+        p = p.rstrip("/")
+        keys = _keys(fs, p)
+        if keys:
+            return ("remote-dir", path, tuple(keys))
+        return ("remote", path, _etag(fs, p))
+    return None
+
+
+def retract(ident: tuple) -> None:
+    """Remove what ``upload_file``/``upload_dir`` put in place (``ident``, from ``identity``)
+    when a later output of the run failed: the objects, or the object when its ETag is unchanged."""
+    kind, path, what = ident
+    fs, p = filesystem(path)
+    with _suppress():
+        if kind == "remote-dir":
+            fs.rm(list(what))
+        elif what is None or _etag(fs, p) == what:
+            fs.rm(p)
+
+
+def write_bytes(path: str, data: bytes, *, overwrite: bool, opt: str = "-o") -> None:
+    """Put ``data`` at ``path`` in one request (the statistics JSON), with the output rule."""
+    import tempfile
+
+    fd, local = tempfile.mkstemp(prefix=".smerge-upload-")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    upload_file(local, path, overwrite=overwrite, opt=opt)
+
+
+def _suppress():
+    import contextlib
+
+    return contextlib.suppress(Exception)
