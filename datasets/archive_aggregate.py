@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -16,11 +15,8 @@ import pyarrow as pa
 from smerge.datasets.archive_manifest import (AGG_DIR, AGG_FUNCS, _AGG_NAME, Manifest, _make_dir, _read_range, damaged,
                                               read_manifest)
 from smerge.errors import UsageError
-
-_DUR = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-z]*)\s*$")
-_UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9,
-            "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
-
+from smerge.merge.itemcount import tick_ns
+from smerge.merge.values import parse_duration
 
 @dataclass(frozen=True)
 class AggregateSpec:
@@ -42,10 +38,7 @@ def parse_aggregate(text: str) -> AggregateSpec:
     if not 2 <= len(parts) <= 3:
         raise UsageError(f"{what}: write EVERY:FUNCS[:BY], e.g. 1h:count,mean,min,max:station")
     every = parts[0].strip()
-    m = _DUR.match(every)
-    if not m or (m.group(2) and m.group(2) not in _UNIT_NS) or float(m.group(1)) <= 0:
-        raise UsageError(f"{what}: EVERY {every!r} is not a positive duration (units ns us ms s min h d w, or a "
-                         "plain number in the time column's unit)")
+    parse_duration(every, f"{what}: EVERY", positive=True)
     funcs = tuple(f.strip() for f in parts[1].split(","))
     bad = [f for f in funcs if f not in AGG_FUNCS]
     if bad or not funcs or len(set(funcs)) != len(funcs):
@@ -63,26 +56,23 @@ def parse_aggregate(text: str) -> AggregateSpec:
 
 def _ticks_per_window(spec: AggregateSpec, ttype: pa.DataType) -> int | float:
     """EVERY in the time column's own ticks (its unit; days for date32, ms for date64)."""
-    m = _DUR.match(spec.every)
-    value, unit = float(m.group(1)), m.group(2)
+    d = parse_duration(spec.every, "--aggregate EVERY")
     what = f"--aggregate {spec.every}:..."
     if pa.types.is_timestamp(ttype) or pa.types.is_date(ttype):
-        tick_ns = ({"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[ttype.unit] if pa.types.is_timestamp(ttype)
-                   else 86400 * 10**9 if pa.types.is_date32(ttype) else 10**6)
-        if not unit:
-            ticks = value
-        else:
-            ticks = value * _UNIT_NS[unit] / tick_ns
+        ticks = d.ticks(tick_ns(ttype), None, what)
         if ticks < 1 or abs(ticks - round(ticks)) > 1e-9 * max(1.0, ticks):
             raise UsageError(f"{what}: EVERY must be a whole number of the time column's ticks ({ttype})")
+        if ticks > 2**62:
+            raise UsageError(f"{what}: EVERY is longer than the time column's ticks ({ttype}) can count; give "
+                             "a shorter window")
         return int(round(ticks))
-    if unit:
+    if d.unit:
         raise UsageError(f"{what}: the time column is a plain number ({ttype}); give EVERY as a number in its unit")
     if pa.types.is_integer(ttype):
-        if value != int(value):
+        if d.value != int(d.value):
             raise UsageError(f"{what}: the time column is an integer; EVERY must be a whole number")
-        return int(value)
-    return value
+        return int(d.value)
+    return d.value
 
 
 def _value_columns(schema: pa.Schema, time: str, spec: AggregateSpec) -> list[str]:

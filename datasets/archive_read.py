@@ -35,6 +35,7 @@ from smerge.datasets.archive import (EAGER, Manifest, blocks_for_fraction, eager
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import UsageError
+from smerge.merge import values
 
 ARCHIVE_MAGIC = b"smerge-archive-folder\x00"  # what base.read_magic returns for an archive folder
 SAMPLE_ENV = "SMERGE_ARCHIVE_SAMPLE"
@@ -74,9 +75,7 @@ _USED: dict[str, dict] = {}  # realpath -> counters of the last read of that arc
 
 
 def check_fraction(f: float, what: str = "the sampling fraction") -> float:
-    if not isinstance(f, (int, float)) or isinstance(f, bool) or not (0.0 < float(f) <= 1.0):
-        raise UsageError(f"{what} is {f!r}; it must be in (0, 1] (1 reads every record)")
-    return float(f)
+    return values.check_fraction(f, what, note="(1 reads every record)")
 
 
 def check_sample(sample: Sample, what: str = "the sampling fraction") -> Sample:
@@ -84,12 +83,8 @@ def check_sample(sample: Sample, what: str = "the sampling fraction") -> Sample:
 
 
 def parse_fraction(text: str, what: str) -> float:
-    try:
-        f = float(text)
-    except ValueError:
-        raise UsageError(f"{what} is {text!r}; give a fraction in (0, 1], e.g. 0.25, or auto with "
-                         "--budget SECONDS") from None
-    return check_fraction(f, what)
+    return values.parse_fraction(text, what, note="(1 reads every record)",
+                                 hint="e.g. 0.25, or auto with --budget SECONDS")
 
 
 def parse_budget(text: str, what: str = "--budget") -> float:

@@ -25,10 +25,8 @@ import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError
 from smerge.merge.keys import numpy_view
+from smerge.merge.values import parse_duration
 
-_UNIT_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9, "h": 3600 * 10**9,
-            "d": 86400 * 10**9, "w": 7 * 86400 * 10**9}
-_DUR_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
 COMPACT_ROWS = 1 << 22  # partial (interval, item) rows held before they are summed
 
 
@@ -90,18 +88,10 @@ def _time_type(t: pa.DataType | pa.Field) -> tuple[pa.DataType, int | None, str 
 
 
 def duration_ticks(text: str | float, t: pa.DataType | pa.Field, what: str) -> int | float:
-    """A duration (``90s``, ``1h``, or a plain number in the column's unit) in ticks of ``t``, > 0."""
-    m = _DUR_RE.match(str(text))
-    unit = m.group(2).lower() if m else ""
-    if not m or (unit and unit not in _UNIT_NS):
-        raise UsageError(f"{what} {text!r} is not a duration; write e.g. 90s, 30min, 6h, 2d (units ns us ms s min "
-                         "h d w) or a plain number in the time column's unit")
-    value = float(m.group(1))
-    t, ns, _ = _time_type(t)
-    if unit and ns is None:
-        raise UsageError(f"{what} {text!r} has a unit but the time column is a plain number; give a plain number "
-                         "in the time column's unit")
-    ticks = value * _UNIT_NS[unit] / ns if unit else value
+    """A duration (``90s``, ``1h``, ``1mo`` on a 360_day time, or a plain number in the column's
+    unit) in ticks of ``t``, > 0."""
+    t, ns, cal = _time_type(t)
+    ticks = parse_duration(text, what, positive=True).ticks(ns, cal, what)
     if not math.isfinite(ticks) or ticks <= 0:
         raise UsageError(f"{what} {text!r} must be a finite duration > 0")
     if pa.types.is_floating(t):

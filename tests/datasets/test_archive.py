@@ -509,7 +509,7 @@ def test_aggregate_windows_of_timestamps(tmp_path):
 
 @pytest.mark.parametrize("text,match", [
     ("1h", "EVERY:FUNCS"), ("1h:count:a:b", "EVERY:FUNCS"), ("0:count", "positive duration"),
-    ("1 fortnight:count", "positive duration"), ("1m:count", "positive duration"), ("1h:sum", "not 'sum'"),
+    ("1 fortnight:count", "not a duration"), ("1m:count", "minutes or months"), ("1h:sum", "not 'sum'"),
     ("1h:count,count", "distinct"), ("1h:", "FUNCS"), ("1h:count:a,,b", "BY"), ("1h:count:a,a", "BY"),
 ])
 def test_aggregate_parse_errors(text, match):
