@@ -88,6 +88,13 @@ class Variable:
     def set_always_mask(self, on: bool) -> None:
         pass  # always masked arrays, as the netCDF reader asks
 
+    def set_auto_chartostring(self, on: bool) -> None:
+        pass  # strings are read as strings
+
+    def getValue(self):
+        """A scalar variable's value (as ``__getitem__(())``)."""
+        return self[()]
+
     def __getitem__(self, key):
         raw = self._stored(key)
         return self._decode(raw) if self._auto else raw

@@ -45,14 +45,21 @@ BUCKET_CELLS = 1 << 18  # grid cells per spill bucket (whole outer slabs; at lea
 
 
 class GridWriter:
+    """A's grid filled with B's values bucket by bucket, into the storage ``_create`` opens
+    (netCDF-4 here; ``zarr_writer.ZarrGridWriter`` a Zarr store): everything but the storage
+    is shared. The storage needs the small part of netCDF4-python's writing surface used below
+    (``createDimension``, ``createVariable``, ``setncatts``, ``variables``, slab assignment)."""
+
+    storage = "netCDF"
+
     def __init__(self, path: str, schema: pa.Schema, *, template: InputSource | None = None,
                  template_b: InputSource | None = None, b_columns: Sequence[str] = (),
                  b_sources: Sequence[str] = (), history: str = ""):
         if template is None or template.grid is None:
-            raise UsageError("netCDF output needs A to be a netCDF file (the output is on A's grid); "
+            raise UsageError(f"{self.storage} output needs A to be a gridded file (the output is on A's grid); "
                              "write .parquet, .csv or .arrow instead")
         if "a_row" not in schema.names:
-            raise UsageError("netCDF output needs the a_row column of the pairs")
+            raise UsageError(f"{self.storage} output needs the a_row column of the pairs")
         self.path, self.grid = path, template.grid
         self.keys_a = tuple(template.keys)
         self.keys_b = tuple(template_b.keys) if template_b is not None else ()
@@ -166,18 +173,24 @@ class GridWriter:
         finally:
             self._discard_spill()
 
-    def _close(self) -> None:
+    def _create(self):
+        """The storage written at ``close()``: a netCDF-4 file at ``self.path``."""
         import netCDF4
 
-        from smerge.datasets.netcdf import NC_LOCK
+        return netCDF4.Dataset(self.path, "w", format="NETCDF4")
+
+    def _close(self) -> None:
+        from smerge.datasets.netcdf import NC_LOCK, _open
 
         g = self.grid
-        with NC_LOCK, netCDF4.Dataset(g.path) as src, netCDF4.Dataset(self.path, "w", format="NETCDF4") as dst:
-            dst.setncatts({k: src.getncattr(k) for k in src.ncattrs()})
-            dst.Conventions = "CF-1.8"
+        # A as the reader opens it: a local netCDF file, or a Zarr store, GRIB or remote netCDF-4
+        # through the reader's adapter (``cf_adapter``)
+        with NC_LOCK, _open(g.path, list(g.variables)) as src, self._create() as dst:
             stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-            dst.history = f"{stamp}: {self.history}".strip() + (
-                "\n" + src.getncattr("history") if "history" in src.ncattrs() else "")
+            history = f"{stamp}: {self.history}".strip() + (
+                "\n" + str(src.getncattr("history")) if "history" in src.ncattrs() else "")
+            dst.setncatts({**{k: src.getncattr(k) for k in src.ncattrs()}, "Conventions": "CF-1.8",
+                           "history": history})
             copied = _a_variables(src, g.dims, self.keys_a, g.variables)
             for d, n in zip(g.dims, g.shape):
                 dst.createDimension(d, n)

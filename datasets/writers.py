@@ -1,4 +1,4 @@
-"""Writers: Parquet (default), CSV, Arrow IPC and netCDF; every write is atomic.
+"""Writers: Parquet (default), CSV, Arrow IPC, netCDF and Zarr; every write is atomic.
 
 A writer writes to a hidden temporary file beside the target and puts it in place only on
 ``commit()``; ``abort()`` (or an exception inside ``with``) removes it, so a failed run
@@ -21,31 +21,40 @@ from smerge.datasets.outputs import (MARKER, check_target, claim_file, identity,
 from smerge.errors import OutputError, UsageError
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
-           ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf"}
+           ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf", ".zarr": "zarr"}
 # A directory of Parquet part files: -o ending with "/" or without extension, or --format parquet-dataset.
 DATASET_FORMAT = "parquet-dataset"
+GRID_FORMATS = ("netcdf", "zarr")  # on A's grid: the pairs must carry a_row
+FOLDER_FORMATS = (DATASET_FORMAT, "zarr")  # written as a staging folder renamed into place
+
+
+def _ext(path: str) -> str:
+    return os.path.splitext(path.rstrip("/" + os.sep))[1].lower()
 
 
 def is_dataset_path(path: str, fmt: str | None = None) -> bool:
-    """True when ``path`` names a Parquet dataset directory (see ``DATASET_FORMAT``)."""
+    """True when ``path`` names a folder output: a Parquet dataset directory (see
+    ``DATASET_FORMAT``) or a Zarr store (``.zarr``, ``--format zarr``)."""
     if fmt:
-        return fmt == DATASET_FORMAT
-    return path.endswith(("/", os.sep)) or not os.path.splitext(path.rstrip("/" + os.sep))[1]
+        return fmt in FOLDER_FORMATS
+    return _ext(path) == ".zarr" or path.endswith(("/", os.sep)) or not _ext(path)
 
 
 def format_for(path: str, fmt: str | None = None) -> str:
     if fmt:
         if fmt not in set(FORMATS.values()) | {DATASET_FORMAT}:
-            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf, "
+            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf, zarr, "
                              f"{DATASET_FORMAT}")
         return fmt
+    if _ext(path) == ".zarr":
+        return "zarr"
     if is_dataset_path(path):
         return DATASET_FORMAT
     ext = os.path.splitext(path)[1].lower()
     if ext not in FORMATS:
         raise UsageError(
             f"output {path!r}: cannot tell the format from {ext or 'no extension'}; "
-            "use .parquet, .csv, .arrow or .nc, or pass --format"
+            "use .parquet, .csv, .arrow, .nc or .zarr, or pass --format"
         )
     return FORMATS[ext]
 
@@ -144,13 +153,14 @@ class Output:
 
 class DatasetOutput(Output):
     """A Parquet dataset directory (part files), written in a hidden staging directory beside
-    the target and moved into place on ``commit()``. In-process runs write one part."""
+    the target and moved into place on ``commit()``. In-process runs write one part. The
+    staging directory holds smerge's marker from the start."""
 
     def __init__(self, path: str, schema: pa.Schema, fmt: str = DATASET_FORMAT, *, overwrite: bool = False,
                  **options: Any):
         import shutil
 
-        check_output_path(path, overwrite=overwrite, fmt=DATASET_FORMAT)
+        check_output_path(path, overwrite=overwrite, fmt=fmt)
         self.path, self.schema, self.format, self.overwrite = path.rstrip("/" + os.sep), schema, fmt, overwrite
         self.tmp = make_staging(self.path, "tmp", dataset=True)  # marker first; 0777 minus the umask
         self.rows = 0
@@ -158,10 +168,13 @@ class DatasetOutput(Output):
         self._claimed = None
         try:
             with space_errors(self.path, where=self.tmp):
-                self._w = _ParquetWriter(os.path.join(self.tmp, "part-00000.parquet"), schema)
+                self._w = self._writer(schema, **options)
         except BaseException:
             shutil.rmtree(self.tmp, ignore_errors=True)
             raise
+
+    def _writer(self, schema: pa.Schema, **options: Any):
+        return _ParquetWriter(os.path.join(self.tmp, "part-00000.parquet"), schema)
 
     def _publish(self) -> None:
         replace_dir(self.tmp, self.path, overwrite=self.overwrite)
@@ -172,14 +185,26 @@ class DatasetOutput(Output):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class ZarrOutput(DatasetOutput):
+    """A Zarr store on A's grid (``zarr_writer.ZarrGridWriter``: the netCDF output's content),
+    written into a staging directory (smerge's marker in it) renamed into place on ``commit()``."""
+
+    def _writer(self, schema: pa.Schema, **options: Any):
+        from smerge.datasets.zarr_writer import ZarrGridWriter
+
+        return ZarrGridWriter(self.tmp, schema, **options)
+
+
 def open_output(path: str, schema: pa.Schema, *, fmt: str | None = None, overwrite: bool = False, **options: Any) -> Output:
     """An atomic writer for ``path``; the format from ``fmt`` or the extension.
 
-    netCDF output takes ``template`` (A's ``InputSource``) and optionally ``template_b``.
+    netCDF and Zarr output take ``template`` (A's ``InputSource``) and optionally ``template_b``.
     """
     fmt = format_for(path, fmt)
     if fmt == DATASET_FORMAT:
         return DatasetOutput(path, schema, fmt, overwrite=overwrite)
+    if fmt == "zarr":
+        return ZarrOutput(path, schema, fmt, overwrite=overwrite, **options)
     return Output(path, schema, fmt, overwrite=overwrite, **options)
 
 

@@ -74,7 +74,7 @@ def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> Pre
     output = job.output or default_output(job.a, job.b)
     fmt, unmatched = check_outputs(job, output, src_a)
     write_ids = params.with_ids
-    if fmt == "netcdf" and not write_ids:
+    if fmt in ("netcdf", "zarr") and not write_ids:
         params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
     out_schema = pair_schema(src_a.schema, src_b.schema, with_ids=params.with_ids)
     check_output_schema(output, fmt, out_schema)  # before the run: CSV holds no nested column
@@ -89,7 +89,7 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     out, un_a, un_b = open_outputs(prep)
     bar = progress(prep.src_a.num_rows, "A records") if progress else None
     write_seconds = 0.0
-    drop_ids = prep.params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    drop_ids = prep.params.with_ids and not prep.write_ids and prep.output_format not in ("netcdf", "zarr")
     pa_it = Prefetcher(with_keys(prep.src_a.batches(), prep.params.keys.a), prefetch_depth, "smerge-read-a",
                        on_item=(lambda kb: bar.update(kb.batch.num_rows)) if bar else None)
     pb_it = Prefetcher(with_keys(prep.src_b.batches(), prep.params.keys.b), prefetch_depth, "smerge-read-b")

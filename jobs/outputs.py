@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_output
 from smerge.datasets.outputs import check_distinct, check_target, claim_file, make_temp_file, space_errors
-from smerge.datasets.writers import DATASET_FORMAT
+from smerge.datasets.writers import GRID_FORMATS, is_dataset_path
 from smerge.errors import UsageError
 from smerge.jobs.inputs import PreparedMerge
 from smerge.merge.output import b_output_names
@@ -32,12 +32,13 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
     ``job`` needs ``a``, ``b``, ``format``, ``overwrite``, ``unmatched`` and ``stats``.
     """
     fmt = format_for(output, job.format)
-    if fmt == "netcdf" and src_a.grid is None:
-        raise UsageError(f"netCDF output is on A's grid, but A ({job.a}) is not netCDF; write .parquet, .csv or .arrow")
+    if fmt in GRID_FORMATS and src_a.grid is None:
+        raise UsageError(f"{'netCDF' if fmt == 'netcdf' else 'Zarr'} output is on A's grid, but A ({job.a}) is not "
+                         "gridded (netCDF, Zarr, GRIB); write .parquet, .csv or .arrow")
     unmatched = None
     if job.unmatched:
         unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-    outs = [("-o", output, fmt == DATASET_FORMAT)] + [("--unmatched", u, False) for u in (unmatched or ())] + (
+    outs = [("-o", output, is_dataset_path(output, fmt))] + [("--unmatched", u, False) for u in (unmatched or ())] + (
         [("--stats", job.stats, False)] if job.stats else [])
     check_run_outputs([job.a, job.b], outs, overwrite=job.overwrite)
     return fmt, unmatched
@@ -64,7 +65,7 @@ def check_distinct_paths(inputs, outputs) -> None:
 def open_outputs(prep: PreparedMerge):
     """The atomic writers of a run: (pairs, unmatched A, unmatched B) — the last two may be None."""
     options = {}
-    if prep.output_format == "netcdf":
+    if prep.output_format in GRID_FORMATS:
         names_b = b_output_names(prep.src_a.schema.names, prep.src_b.schema.names)
         b_payload = [(n, o) for n, o in zip(prep.src_b.schema.names, names_b) if n not in prep.src_b.keys]
         options = dict(template=prep.src_a, template_b=prep.src_b, b_columns=[o for _, o in b_payload],

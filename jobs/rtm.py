@@ -146,7 +146,7 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
     output = job.output or default_output(job.a, job.b or (client.info()["name"] if client else "b"))
     fmt, unmatched = check_outputs(job, output, src_a)
     write_ids = params.with_ids
-    if fmt == "netcdf" and not write_ids:
+    if fmt in ("netcdf", "zarr") and not write_ids:
         params = replace(params, with_ids=True)  # the grid writer places pairs by a_row
     out_schema = pair_schema(src_a.schema, src_b.schema, with_ids=params.with_ids)
     check_output_schema(output, fmt, out_schema)  # before the run: CSV holds no nested column
@@ -225,7 +225,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
             server.shutdown()
         raise
     write_seconds = 0.0
-    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    drop_ids = params.with_ids and not prep.write_ids and prep.output_format not in ("netcdf", "zarr")
     b_paired = np.zeros(b_records, dtype=np.bool_)
     # Output batches are encoded and written in a background thread, in order (as cgm does).
     writer = BackgroundWriter(lambda item: item[0].write(item[1]), prefetch_depth, "smerge-write")

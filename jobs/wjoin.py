@@ -141,7 +141,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     plan = make_plan([s.schema for s in sources], params, sources=job.inputs)  # columns, time kinds, predicate
     output = job.output or default_output(job.inputs)
     fmt = format_for(output, job.format)
-    if fmt == "netcdf":
+    if fmt in ("netcdf", "zarr"):
         raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
     check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
                       + ([("--stats", job.stats, False)] if job.stats else []), overwrite=job.overwrite)

@@ -270,7 +270,7 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
         paired |= np.unpackbits(np.frombuffer(r["paired"], np.uint8), count=b_records).astype(np.bool_)
     kappa_max = _kappa_max(prep, client) if job.kappa_max else None
     t2 = time.perf_counter()
-    drop_ids = params.with_ids and not prep.write_ids and prep.output_format != "netcdf"
+    drop_ids = params.with_ids and not prep.write_ids and prep.output_format not in ("netcdf", "zarr")
     out, un_a, un_b = open_outputs(prep)
     with committed((out, un_a, un_b)):
         for r in results:
