@@ -48,6 +48,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.base import InputSource, is_spark_url
+from smerge.datasets.remote import is_remote
 from smerge.datasets.tabular import resolve_columns
 from smerge.errors import InputError, SmergeError, UsageError
 from smerge.merge.keys import key_matrix
@@ -155,7 +156,7 @@ def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables
 
             arrow_schema(local)  # numeric columns only
             register(spark)
-            df = (spark.read.format(NAME).option("path", os.path.abspath(path))
+            df = (spark.read.format(NAME).option("path", path if is_remote(path) else os.path.abspath(path))
                   .option("keys", ",".join(local.keys)).option("variables", ",".join(
                       n for n in local.schema.names if n not in local.keys) or ",".join(local.keys))
                   .option("numPartitions", max(1, spark.sparkContext.defaultParallelism))
@@ -168,7 +169,7 @@ def open_frame(spark, path: str, *, keys: Sequence[str] | None = None, variables
             raise UsageError(f"{path}: {what} cannot be read together with a URL input (Spark has "
                              "no reader for it); convert it to Parquet")
         fmt = local.format
-        url = "file://" + os.path.abspath(path)
+        url = path if is_remote(path) else "file://" + os.path.abspath(path)  # s3://...: the cluster's filesystem
     else:
         fmt = frame_format(path)
         url = path

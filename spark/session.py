@@ -101,6 +101,11 @@ _OLD_LOG_RE = re.compile(r"smerge-spark-\d+\.log")
 from smerge.jobs.route import under_spark_submit  # noqa: E402 (the one test, re-exported)
 
 
+FORWARDED_ENV = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
+                 "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "SMERGE_ANON",
+                 "SMERGE_REMOTE_TIMEOUT")
+
+
 def session_settings(master: str | None, conf: dict[str, str] | None, *, verbose: bool = False) -> dict[str, str]:
     """The Spark settings of a session smerge starts: its defaults, then ``conf`` (which wins)."""
     python = os.environ.get("PYSPARK_PYTHON", sys.executable)
@@ -119,6 +124,12 @@ def session_settings(master: str | None, conf: dict[str, str] | None, *, verbose
         # (docs/spark.md, "Per-task cost"). ``--conf spark.python.unix.domain.socket.enabled=false``
         # restores TCP.
         defaults["spark.python.unix.domain.socket.enabled"] = "true"
+    # Object-store inputs (s3://, ...) are read by the Python workers themselves: the driver's
+    # endpoint, region, credentials and smerge's remote settings go with them (Spark redacts
+    # the secret and the token in its UI). In local mode the workers inherit them anyway.
+    for name in FORWARDED_ENV:
+        if os.environ.get(name):
+            defaults[f"spark.executorEnv.{name}"] = os.environ[name]
     if master is not None and master.startswith("local"):
         defaults["spark.ui.enabled"] = "false"
     if not verbose:
