@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import signal
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Iterator, Sequence
 from urllib.parse import urlsplit
 
@@ -28,6 +30,7 @@ from smerge.transport.flight_protocol import INVALID_ARGUMENT, MAX_TOKEN_CHARS, 
 
 DEFAULT_TIMEOUT = 120.0
 DEFAULT_RETRIES = 4
+RETRY_SECONDS = 8.0  # a server refusing connections (its limits) is retried this long; see flight_gate
 MAX_PREFETCHED = 4  # announced range requests kept in flight or waiting to be collected
 _TRANSIENT = (flight.FlightUnavailableError, flight.FlightTimedOutError, flight.FlightCancelledError)
 
@@ -71,17 +74,19 @@ class IndexClient:
         self.retries = retries
         self.retried = 0
         self._info: dict | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: "_DaemonWorker | None" = None
         self._prefetched: dict[tuple, Future] = {}
         self._prefetch_lock = threading.Lock()
+        self._abandoned = False  # a call was left running when a signal interrupted the wait for it
+        _cancel_streams_on_signals()
 
     # -- plumbing -----------------------------------------------------------------------------------
 
     def _call(self, fn):
-        delay = 0.05
-        for attempt in range(self.retries + 1):
+        delay, attempt, t0 = 0.05, 0, time.monotonic()
+        while True:
             try:
-                return fn()
+                return self._in_flight(fn)
             except flight.FlightUnauthenticatedError as e:
                 raise UsageError(f"{self.url}: the server rejected the token ({_first_line(e)}); "
                                  "pass the server's --token-file") from None
@@ -89,12 +94,15 @@ class IndexClient:
                 tls = _tls_problem(e)
                 if tls:
                     raise InputError(f"{self.url}: TLS handshake failed: {tls}") from None
-                if attempt == self.retries:
-                    raise InputError(f"{self.url}: server unavailable after {self.retries + 1} attempts "
+                # a server that refuses connections only for a while (its connection limits) is
+                # retried for RETRY_SECONDS; nothing listening there, for `retries` times only
+                if attempt >= self.retries and (_nothing_listening(e) or time.monotonic() - t0 > RETRY_SECONDS):
+                    raise InputError(f"{self.url}: server unavailable after {attempt + 1} attempts "
                                      f"({_first_line(e)}); is `smerge serve` running there?") from None
+                attempt += 1
                 self.retried += 1
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, 1.0)
             except pa.ArrowInvalid as e:
                 raise UsageError(f"{self.url}: {_server_message(e)}") from None
             except flight.FlightServerError as e:
@@ -104,10 +112,48 @@ class IndexClient:
             except flight.FlightError as e:
                 raise InputError(f"{self.url}: server error: {_first_line(e)}") from None
 
+    def _in_flight(self, fn, cancel=None):
+        """``fn()`` (a gRPC call). In the main thread the call runs in a daemon helper thread
+        while the main thread waits: a signal (SIGTERM, Ctrl-C) then interrupts the wait at once
+        (pyarrow's calls would hold it until they return), ``cancel`` is called and the
+        interruption goes on (the helper's call is abandoned). Other threads call ``fn`` directly."""
+        if threading.current_thread() is not threading.main_thread():
+            return fn()
+        result: list = []
+        done = threading.Event()
+
+        def run():
+            try:
+                result.append((True, fn()))
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+                result.append((False, e))
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name="smerge-flight-call", daemon=True).start()
+        try:
+            done.wait()
+        except BaseException:
+            self._abandoned = True
+            if cancel is not None:
+                try:
+                    cancel()
+                except Exception:  # noqa: BLE001 - best effort: the call is abandoned anyway
+                    pass
+            raise
+        ok, value = result[0]
+        if ok:
+            return value
+        raise value
+
     def _get_table(self, body: bytes) -> pa.Table:
         def once():
             reader = self._client.do_get(flight.Ticket(body), self._options)
-            return reader.read_all()
+            _track(reader, True)
+            try:
+                return _read_all(reader)
+            finally:
+                _track(reader, False)
         return self._call(once)
 
     # -- API ------------------------------------------------------------------------------------------
@@ -141,7 +187,7 @@ class IndexClient:
         with self._prefetch_lock:
             fut = self._prefetched.pop(key, None)
         if fut is not None:
-            return fut.result()
+            return self._in_flight(fut.result)
         return self._page("range", [box], limit, token, columns)
 
     def prefetch(self, box: Box, *, limit: int, token: str | None = None,
@@ -153,7 +199,7 @@ class IndexClient:
             if key in self._prefetched:
                 return
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="smerge-flight-prefetch")
+                self._pool = _DaemonWorker("smerge-flight-prefetch")
             while len(self._prefetched) >= MAX_PREFETCHED:
                 self._prefetched.pop(next(iter(self._prefetched))).cancel()
             self._prefetched[key] = self._pool.submit(self._page, "range", [box], limit, token, columns)
@@ -175,16 +221,18 @@ class IndexClient:
     def _chunks(self, reader) -> Iterator:
         """The chunks of one ``do_get`` reader; a dropped stream is an InputError; the reader is
         cancelled when the caller stops early."""
+        _track(reader, True)
         try:
             while True:
                 try:
-                    chunk = reader.read_chunk()
+                    chunk = self._in_flight(reader.read_chunk, reader.cancel)
                 except StopIteration:
                     return
                 except flight.FlightError as e:
                     raise InputError(f"{self.url}: stream broken ({_first_line(e)})") from None
                 yield chunk
         finally:
+            _track(reader, False)
             try:
                 reader.cancel()
             except Exception:  # noqa: BLE001 - best effort on an already closed stream
@@ -214,15 +262,99 @@ class IndexClient:
         for fut in pending:
             fut.cancel()
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.stop()  # a prefetch still in flight is abandoned, not waited for
             self._pool = None
-        self._client.close()
+        if not self._abandoned:  # (closing a client whose call is stuck could wait for that call)
+            self._client.close()
 
     def __enter__(self) -> "IndexClient":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _DaemonWorker:
+    """One daemon thread running submitted calls in order (a ThreadPoolExecutor's threads are
+    joined at interpreter exit: a call stuck in gRPC would hold the process)."""
+
+    def __init__(self, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        self._queue.put((fut, fn, args))
+        return fut
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            fut, fn, args = item
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(e)
+
+
+_readers: set = set()  # the do_get streams being read, in any thread (cancelled on SIGTERM / Ctrl-C)
+_readers_lock = threading.Lock()
+_signals_chained = False
+
+
+def _track(reader, add: bool) -> None:
+    with _readers_lock:
+        (_readers.add if add else _readers.discard)(reader)
+
+
+def _cancel_streams_on_signals() -> None:
+    """Put a step in front of the process's SIGTERM and SIGINT handlers (once, from the main
+    thread): cancel every stream being read, so that a thread blocked reading one (a prefetch
+    thread, which no signal reaches) ends at once; then the previous handler runs as before."""
+    global _signals_chained
+    if _signals_chained or threading.current_thread() is not threading.main_thread():
+        return
+    _signals_chained = True
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(sig)
+        if previous in (signal.SIG_IGN, signal.SIG_DFL, None):
+            continue  # the process ends (or ignores the signal) without Python: nothing to unwind
+
+        def handler(signum, frame, previous=previous):
+            with _readers_lock:
+                readers = list(_readers)
+            for r in readers:
+                try:
+                    r.cancel()
+                except Exception:  # noqa: BLE001 - best effort on a finished stream
+                    pass
+            previous(signum, frame)
+
+        signal.signal(sig, handler)
+
+
+def _read_all(reader) -> pa.Table:
+    """``reader.read_all()`` without pyarrow's signal plumbing: a read_all cancelled in any
+    thread makes pyarrow simulate a Ctrl-C in the main thread (a second interruption, which
+    could land in the clean-up of the first)."""
+    batches = []
+    while True:
+        try:
+            batches.append(reader.read_chunk().data)
+        except StopIteration:
+            return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def _nothing_listening(e: BaseException) -> bool:
+    """The connection was refused by the host (no server on that port), not closed by a server."""
+    return "Connection refused" in str(e)
 
 
 def _first_line(e: BaseException) -> str:

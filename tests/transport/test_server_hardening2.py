@@ -108,7 +108,8 @@ def test_world_readable_token_file_warned_on_loopback(small_parquet, tmp_path):
     # a private file: no warning
     tok2 = _token_file(tmp_path, name="tok2")
     p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0",
-                                   "--token-file", str(tok2)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap_memory)
+                                   "--token-file", str(tok2)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=_cap_memory)
     try:
         assert p.stdout.readline().strip()
     finally:
@@ -158,9 +159,19 @@ def test_huge_token_file_is_not_read_whole(small_parquet, tmp_path):
 
 # -- 10a. folders of killed servers are swept ----------------------------------------------------------
 
-def test_folders_of_killed_servers_are_swept(small_parquet, tmp_path):
-    tmp = tmp_path / "t"
-    tmp.mkdir()
+@pytest.fixture
+def short_tmp():
+    """A temporary directory with a short path (a Unix socket's path is at most 107 bytes)."""
+    import pathlib
+    import shutil
+
+    d = tempfile.mkdtemp(prefix="sh2-", dir="/tmp")
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_folders_of_killed_servers_are_swept(small_parquet, short_tmp):
+    tmp = short_tmp
     env = {**os.environ, "TMPDIR": str(tmp)}
     p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_cap_memory)
@@ -211,7 +222,7 @@ def test_serve_numeric_options_that_cannot_work_exit_2(small_parquet, args, msg)
 
 
 def test_tiny_float_lifetime_that_works_gives_no_warnings(small_parquet, tmp_path):
-    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--summarize", "h", "--time", "t", "--lifetime", "1e-3",
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--summarize", "h", "--time", "t", "--lifetime", "0.05",
                                    "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                          preexec_fn=_cap_memory)
     try:
@@ -249,7 +260,8 @@ def test_empty_column_list_is_a_clear_error():
 
 # -- environment errors: a full disk -------------------------------------------------------------------
 
-def test_serve_with_stdout_on_a_full_disk_is_one_line(small_parquet, tmp_path):
+def test_serve_with_stdout_on_a_full_disk_is_one_line(small_parquet, short_tmp):
+    tmp_path = short_tmp
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     with open("/dev/full", "w") as full:
         r = subprocess.run(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0"], stdout=full,
@@ -267,3 +279,242 @@ def test_server_folder_on_a_full_disk_is_one_line(monkeypatch, small_parquet, tm
         IndexServer(BIndex.build(pa.table({"k": [1.0]}), ["k"]), port=0)
     code, err = _in_process(["serve", str(small_parquet), "--keys", "t", "--port", "0"])
     _one_line_exit_2(_Result(code, err), "cannot create the server's folder", "No space left on device")
+
+
+# -- 6. idle connections cannot lock the server out -----------------------------------------------------
+
+def _probe(source: str, port: int, *, speak: bool, timeout: float = 5.0) -> str:
+    """Connect from ``source`` (a loopback address); 'closed' when the gate drops the connection,
+    'answered' when the Flight server's first frame comes back, 'open' when nothing happens."""
+    s = socket.socket()
+    try:
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        if speak:  # the client preface and an empty SETTINGS frame: the server answers with its own
+            s.sendall(flight_gate.PREFACE + b"\0\0\0\x04\0\0\0\0\0")
+        s.settimeout(timeout)
+        try:
+            data = s.recv(64)
+        except socket.timeout:
+            return "open"
+        except ConnectionResetError:
+            return "closed"
+        return "answered" if data else "closed"
+    finally:
+        s.close()
+
+
+def _idle_sockets(port: int, n: int, source: str = "127.0.0.1") -> list[socket.socket]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind((source, 0))
+        s.connect(("127.0.0.1", port))
+        socks.append(s)
+    return socks
+
+
+def _closed_by_peer(s: socket.socket, deadline: float) -> bool:
+    s.settimeout(max(0.01, deadline - time.monotonic()))
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_idle_connections_do_not_lock_out_an_authenticated_client(small_parquet, tmp_path):
+    tok = _token_file(tmp_path)
+    p = subprocess.Popen(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(tok)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=_cap_memory)
+    socks = []
+    try:
+        url = p.stdout.readline().strip()
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        socks = _idle_sockets(port, 400)  # more than MAX_CONNECTIONS, all from 127.0.0.1, sending nothing
+        assert flight_gate.MAX_CONNECTIONS < 400
+        t0 = time.monotonic()
+        r = _cli(["count", url, "--item", "h", "--time", "t", "--every", "100", "--json"],
+                 env={**os.environ, "SMERGE_TOKEN_FILE": str(tok)})
+        took = time.monotonic() - t0
+        assert r.returncode == 0, r.stderr
+        assert '"records_received": 1000' in r.stdout
+        # the stated bound: the first-request deadline plus a process start on a loaded machine
+        print(f"served in {took:.2f} s among 400 idle connections")
+        assert took < flight_gate.FIRST_REQUEST_TIMEOUT + 10, took
+        assert _probe("127.0.0.2", port, speak=True) == "answered"  # another address: served at once
+        # every idle connection is closed by the first-request deadline
+        deadline = time.monotonic() + flight_gate.FIRST_REQUEST_TIMEOUT + 10
+        assert all(_closed_by_peer(s, deadline) for s in socks)
+    finally:
+        for s in socks:
+            s.close()
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+
+
+@pytest.fixture
+def small_server(monkeypatch):
+    def start(**limits):
+        for name, value in limits.items():
+            monkeypatch.setattr(flight_gate, name, value)
+        server = IndexServer(BIndex.build(pa.table({"k": [1.0, 2.0]}), ["k"], name="b"), port=0, token=TOKEN)
+        server.start_background()
+        servers.append(server)
+        return server
+
+    servers: list = []
+    yield start
+    for server in servers:
+        server.shutdown(grace=0)
+
+
+def test_connections_beyond_the_per_address_limit_are_refused(small_server):
+    server = small_server(MAX_PER_ADDRESS=8, EVICT_AFTER=60.0, FIRST_REQUEST_TIMEOUT=60.0)
+    socks = _idle_sockets(server.port, 8)
+    try:
+        assert _probe("127.0.0.1", server.port, speak=True, timeout=10) == "closed"  # the 9th from 127.0.0.1
+        assert _probe("127.0.0.2", server.port, speak=True, timeout=10) == "answered"
+        assert server.refused_connections == 1
+        deadline = time.monotonic() + 0.5
+        assert not any(_closed_by_peer(s, deadline) for s in socks)  # the 8 stay (no deadline reached)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_first_request_deadline_and_idle_timeout(small_server):
+    server = small_server(FIRST_REQUEST_TIMEOUT=1.0, IDLE_TIMEOUT=2.0)
+    s = _idle_sockets(server.port, 1)[0]
+    t0 = time.monotonic()
+    try:
+        assert _closed_by_peer(s, t0 + 10)
+        assert 0.9 < time.monotonic() - t0 < 8
+    finally:
+        s.close()
+    c = IndexClient(server.url, token=TOKEN)
+    assert c.health()
+    gate = server._gate
+    deadline = time.monotonic() + 15
+    while gate.expired < 2 and time.monotonic() < deadline:  # the client's idle connection goes after 2 s
+        time.sleep(0.1)
+    assert gate.expired == 2 and not gate._clients
+    assert c.info()["count"] == 2  # the client reconnects
+    c.close()
+
+
+# -- 7. clients stop at once on SIGTERM / Ctrl-C --------------------------------------------------------
+
+_STALL_SERVER = """
+import sys, time, types
+import numpy as np, pyarrow as pa, pyarrow.flight as flight
+from smerge.index import BIndex
+from smerge.transport import flight_server
+
+def stalling(data, options=None):  # every answer: its first batch, then nothing
+    def batches():
+        it = iter(data.to_batches(max_chunksize=100) if isinstance(data, pa.Table) else data)
+        yield next(it)
+        print("stalled", flush=True)
+        time.sleep(300)
+    return flight.GeneratorStream(data.schema, batches())
+
+flight_server.flight = types.SimpleNamespace(**{**vars(flight), "RecordBatchStream": stalling})
+n = 1000
+t = pa.table({"t": np.arange(n, dtype=np.float64), "h": np.arange(n) % 7})
+server = flight_server.IndexServer(BIndex.build(t, ["t"], name="b"), port=0)
+server.start_background()
+print(server.url + "/b", flush=True)
+time.sleep(600)
+"""
+
+
+class _SilentServer:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a plain socket server thread)."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = threading.Event()
+        self.conns: list[socket.socket] = []
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            self.conns.append(c)
+            self.accepted.set()
+
+    def close(self):
+        self.sock.close()
+        for c in self.conns:
+            c.close()
+
+
+@pytest.fixture(scope="module")
+def stalling_server(tmp_path_factory):
+    script = tmp_path_factory.mktemp("stall") / "stall.py"
+    script.write_text(_STALL_SERVER)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=_cap_memory)
+    url = p.stdout.readline().strip()
+    assert url, p.stderr.read()
+    yield p, url
+    p.kill()
+    p.wait(30)
+
+
+def _client_args(kind: str, url: str, tmp_path) -> list[str]:
+    out = str(tmp_path / "out" / "o.parquet")
+    if kind == "count":
+        return ["count", url, "--item", "h", "--time", "t", "--every", "100", "-o", out]
+    a = tmp_path / "a.parquet"
+    pq.write_table(pa.table({"t": np.arange(50, dtype=np.float64), "x": np.zeros(50)}), a)
+    if kind == "rtm":
+        return ["rtm", str(a), "--server", url, "--keys", "t", "--eps", "0.5", "-o", out, "--local"]
+    return ["cgm", str(a), url, "--keys", "t", "--eps", "0.5", "-o", out, "--local"]
+
+
+@pytest.mark.parametrize("kind, server", [("count", "silent"), ("rtm", "silent"), ("cgm", "silent"),
+                                          ("count", "stalled"), ("rtm", "stalled"), ("cgm", "stalled")])
+@pytest.mark.parametrize("sig", [signal.SIGTERM])
+def test_client_exits_130_within_2_s_of_a_signal(kind, server, sig, tmp_path, request):
+    (tmp_path / "out").mkdir()
+    silent = None
+    if server == "silent":
+        silent = _SilentServer()
+        url = f"grpc://127.0.0.1:{silent.port}/b"
+    else:
+        stall, url = request.getfixturevalue("stalling_server")
+    p = subprocess.Popen(SMERGE + _client_args(kind, url, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, preexec_fn=_cap_memory)
+    try:
+        # wait until the client's call is in flight: the silent server accepted it, or the
+        # stalling server started answering it and stalled
+        if silent is not None:
+            assert silent.accepted.wait(60), p.stderr.read() if p.poll() is not None else "no connection"
+        else:
+            assert stall.stdout.readline().strip() == "stalled"
+        time.sleep(0.3)  # well inside the call
+        assert p.poll() is None
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        code = p.wait(30)
+        took = time.monotonic() - t0
+        err = p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+        if silent is not None:
+            silent.close()
+    print(f"{kind} against a {server} server: exit {code} {took:.2f} s after the signal")
+    assert code == 130, err
+    assert took < 2.0, took
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert os.listdir(tmp_path / "out") == [], err  # nothing written, no temporary file left
