@@ -1,4 +1,4 @@
-/* Compiled kernels of the merge engines (spec ENGINES.md sections 1, 3, 4).
+/* Compiled kernels of the merge engines (docs/semantics.md sections 1, 3, 4).
  *
  * Plain C over numpy buffers, called through ctypes from merge/_kernel.py (ctypes releases the
  * GIL for the duration of a call). Keys are float64 arrays of shape (n, d) in C order, one row
@@ -117,7 +117,7 @@ static inline i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const dou
     return n;
 }
 
-/* One sweep over sorted windows ak[0..na) and bk[0..nb) (spec section 3, step 3).
+/* One sweep over sorted windows ak[0..na) and bk[0..nb) (docs/semantics.md section 3, step 3).
  * Marks matched positions (am, bm: cleared by the caller), writes pair positions; returns m
  * and the final cursors in ij[0], ij[1]. */
 i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, const double *eps,
@@ -183,7 +183,7 @@ static i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i
     return merge_back(wk, wr, n, pk, pr, order, take, d);
 }
 
-/* Run CGM passes (spec section 3) until input runs short, output fills, or the merge ends.
+/* Run CGM passes (docs/semantics.md section 3) until input runs short, output fills, or the merge ends.
  * st: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
  * [5] passes, [6] A records retired since st[7] was set, [7] report-window stop (0: none).
  * counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between calls.
@@ -251,7 +251,7 @@ int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
     }
 }
 
-/* kappa_max (spec section 4): repeat the sweep over whole sorted streams until dry.
+/* kappa_max (docs/semantics.md section 4): repeat the sweep over whole sorted streams until dry.
  * ak/ar and bk/br are sorted copies the function may modify; am/bm: na/nb bytes;
  * spa/spb: min(na, nb) + 1. Returns the number of pairs written to pairs_a/pairs_b. */
 i64 smerge_sweep_until_dry(double *ak, i64 *ar, i64 na, double *bk, i64 *br, i64 nb, i64 d,
@@ -275,7 +275,7 @@ i64 smerge_sweep_until_dry(double *ak, i64 *ar, i64 na, double *bk, i64 *br, i64
     return total;
 }
 
-/* Maximum matching of one key (the ceiling of kappa, spec section 4, for d = 1): a[0..na) and
+/* Maximum matching of one key (the ceiling of kappa, docs/semantics.md section 4, for d = 1): a[0..na) and
  * b[0..nb) sorted ascending; A record x may pair with B record y when |x - y| <= eps. Every A
  * interval [x - eps, x + eps] has the same length, so in A's order the intervals are also in
  * order of their right ends, and giving each the smallest free B point inside it is optimal

@@ -37,13 +37,19 @@ def test_the_session_reads_times_without_a_zone_as_utc():
         "spark.sql.session.timeZone"] == "Asia/Tokyo"
 
 
-def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path):
+def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path, spark):
+    from smerge.jobs.cgm import CGMJob
+    from smerge.jobs.pipeline import RunOptions, execute
+    from smerge.jobs.route import Route
+
     f = write_files(tmp_path)
     a, b = f["cf-hours", "grid"], f["pandas-ns", "obs"]
     local = cgm(a, b, tmp_path / "local.parquet", "--local")
     assert [(x, y) for x, y, _ in local] == sorted(EXPECTED)
-    spark = cgm(a, b, tmp_path / "spark.parquet", "--master", "local[2]", "--partitions", "2")
-    assert spark == local
+    job = CGMJob(a=a, b=b, keys_a=("time", "lat", "lon"), eps=EPS, with_ids=True, output=str(tmp_path / "spark.parquet"))
+    s = execute(job, RunOptions(partitions=2, spark=spark), route=Route(True, "local[2]", "spark (--master local[2])"))
+    assert s["execution"] == "spark"
+    assert pairs_of(tmp_path / "spark.parquet") == local
     t = pq.read_table(tmp_path / "spark.parquet")
     assert str(t.schema.field("time_b").type) == "timestamp[ns]" and str(t.schema.field("time").type) == \
         "timestamp[us]"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,18 +18,19 @@ from test_wjoin_time_vars import CASES, families, gridded, oracle, stored_times 
 pytestmark = pytest.mark.slow
 
 
-def test_cli_master_local2_keeps_calendar_and_vars(tmp_path):
+def test_master_local2_keeps_calendar_and_vars(tmp_path, spark):
     """NLW-join in time ranges (P = 2) of two 360_day files with several families of variables."""
+    from smerge.jobs.pipeline import RunOptions, execute
+    from smerge.jobs.route import Route
+
     a, b = families(tmp_path / "a.nc"), families(tmp_path / "b.nc", first="T")
     common = ["wjoin", a, b, "--time", "time", "--window", "1d", "--vars", "T", "--with-ids"]
     loc, spk = tmp_path / "local.parquet", tmp_path / "spark.parquet"
     r = subprocess.run([sys.executable, "-m", "smerge", *common, "-o", loc, "--local"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "smerge", *common, "-o", spk, "--master", "local[2]", "--partitions", "2",
-                        "--json"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-    stats = json.loads(r.stdout)
+    job = WJoinJob(inputs=(a, b), time=("time",), window="1d", vars=("T",), with_ids=True, output=str(spk))
+    stats = execute(job, RunOptions(partitions=2, spark=spark), route=Route(True, "local[2]", "spark"))
     assert stats["execution"] == "spark" and stats["partitioning"] == "time ranges + halo"
     tl, ts = pq.read_table(loc), pq.read_table(spk)
     assert ts.equals(tl, check_metadata=True) and ts.num_rows == 28  # 7 pairs of steps within 1 day x 2 x 2 lats
