@@ -78,6 +78,7 @@ class IndexClient:
         self._prefetched: dict[tuple, Future] = {}
         self._prefetch_lock = threading.Lock()
         self._abandoned = False  # a call was left running when a signal interrupted the wait for it
+        self._caller: _DaemonWorker | None = None  # runs the main thread's calls (see _in_flight)
         _cancel_streams_on_signals()
 
     # -- plumbing -----------------------------------------------------------------------------------
@@ -113,38 +114,28 @@ class IndexClient:
                 raise InputError(f"{self.url}: server error: {_first_line(e)}") from None
 
     def _in_flight(self, fn, cancel=None):
-        """``fn()`` (a gRPC call). In the main thread the call runs in a daemon helper thread
-        while the main thread waits: a signal (SIGTERM, Ctrl-C) then interrupts the wait at once
+        """``fn()`` (a gRPC call). In the main thread the call runs in the client's daemon helper
+        thread while the main thread waits: a signal (SIGTERM, Ctrl-C) then interrupts the wait at once
         (pyarrow's calls would hold it until they return), ``cancel`` is called and the
         interruption goes on (the helper's call is abandoned). Other threads call ``fn`` directly."""
         if threading.current_thread() is not threading.main_thread():
             return fn()
-        result: list = []
-        done = threading.Event()
-
-        def run():
-            try:
-                result.append((True, fn()))
-            except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
-                result.append((False, e))
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="smerge-flight-call", daemon=True).start()
+        if self._caller is None:
+            self._caller = _DaemonWorker("smerge-flight-call")  # one per client: cheaper than a thread per call
+        fut = self._caller.submit(fn)
         try:
-            done.wait()
+            return fut.result()
         except BaseException:
-            self._abandoned = True
-            if cancel is not None:
-                try:
-                    cancel()
-                except Exception:  # noqa: BLE001 - best effort: the call is abandoned anyway
-                    pass
+            if not fut.done():  # interrupted while waiting (not the call's own error)
+                self._abandoned = True
+                self._caller.stop()
+                self._caller = None  # the next call gets a fresh thread
+                if cancel is not None:
+                    try:
+                        cancel()
+                    except Exception:  # noqa: BLE001 - best effort: the call is abandoned anyway
+                        pass
             raise
-        ok, value = result[0]
-        if ok:
-            return value
-        raise value
 
     def _get_table(self, body: bytes) -> pa.Table:
         def once():
@@ -261,9 +252,10 @@ class IndexClient:
             pending, self._prefetched = list(self._prefetched.values()), {}
         for fut in pending:
             fut.cancel()
-        if self._pool is not None:
-            self._pool.stop()  # a prefetch still in flight is abandoned, not waited for
-            self._pool = None
+        for worker in (self._pool, self._caller):
+            if worker is not None:
+                worker.stop()  # a call still in flight is abandoned, not waited for
+        self._pool = self._caller = None
         if not self._abandoned:  # (closing a client whose call is stuck could wait for that call)
             self._client.close()
 
