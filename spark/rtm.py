@@ -113,6 +113,13 @@ def rtm_partition(plan: RTMSparkPlan, p: int) -> dict:
         return _rtm_partition(plan, p)
     except SmergeError as e:
         return {"p": p, "error": (type(e).__name__, str(e))}
+    except Exception as e:  # a full disk while writing parts: one line on the driver
+        from smerge.spark.runner import task_write_error
+
+        err = task_write_error(e, plan.staging)
+        if err is None:
+            raise
+        return {"p": p, "error": (type(err).__name__, str(err))}
 
 
 def _rtm_partition(plan: RTMSparkPlan, p: int) -> dict:

@@ -72,6 +72,21 @@ class SparkRun:
                 **more}
 
 
+def task_write_error(e: BaseException, staging: str):
+    """In a task: the one-line ``OutputError`` when ``e`` is a write that failed on a full disk, a
+    quota or the file size limit while writing into ``staging`` (the run's staging folder beside its
+    output ``.<name>.smerge-...``), else None. Tasks return it as their error, which the driver
+    reports in one line (exit 2) instead of a failed Spark job."""
+    import re
+
+    from smerge.datasets.outputs import write_error
+
+    folder, base = os.path.split(staging.rstrip("/"))
+    m = re.match(r"^\.(.+?)\.smerge-", base)
+    output = os.path.join(folder, m.group(1)) if m else staging
+    return write_error(e, output, where=staging)
+
+
 def run_on_spark(body: Callable[[SparkRun], Any], *, master: str | None, partitions: int | None,
                  conf: dict[str, str] | None, verbose: bool, spark=None, progress=None, app_name: str = "smerge"):
     """Run ``body(run)`` in a session for ``master`` (None: the one spark-submit configured, else
@@ -98,4 +113,4 @@ def run_on_spark(body: Callable[[SparkRun], Any], *, master: str | None, partiti
                 spark.stop()
 
 
-__all__ = ["SparkRun", "run_on_spark"]
+__all__ = ["SparkRun", "run_on_spark", "task_write_error"]

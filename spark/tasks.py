@@ -280,6 +280,13 @@ def run_partition(plan: MergePlan, p: int, tables: tuple[pa.Table, pa.Table] | N
         return {"p": p, "error": (type(e).__name__, str(e), e.column, e.row, side)}
     except SmergeError as e:
         return {"p": p, "error": (type(e).__name__, str(e), getattr(e, "column", None), getattr(e, "row", None))}
+    except Exception as e:  # a full disk while writing parts: one line on the driver, not a failed job
+        from smerge.spark.runner import task_write_error
+
+        err = task_write_error(e, plan.staging)
+        if err is None:
+            raise
+        return {"p": p, "error": (type(err).__name__, str(err), None, None)}
 
 
 def _maybe_kill(plan: MergePlan, p: int) -> None:

@@ -86,6 +86,13 @@ def split_chunk(plan: WSparkPlan, item: tuple[int, int, int, int | None]) -> dic
         return _split_chunk(plan, item)
     except SmergeError as e:
         return _err(e)
+    except Exception as e:  # a full disk while writing parts: one line on the driver
+        from smerge.spark.runner import task_write_error
+
+        err = task_write_error(e, plan.staging)
+        if err is None:
+            raise
+        return _err(err)
 
 
 def _split_chunk(plan: WSparkPlan, item) -> dict:
@@ -181,6 +188,13 @@ def join_partition(plan: WSparkPlan, p: int) -> dict:
         return _join_partition(plan, p)
     except SmergeError as e:
         return _err(e)
+    except Exception as e:  # a full disk while writing parts: one line on the driver
+        from smerge.spark.runner import task_write_error
+
+        err = task_write_error(e, plan.staging)
+        if err is None:
+            raise
+        return _err(err)
 
 
 def _join_partition(plan: WSparkPlan, p: int) -> dict:
