@@ -4,7 +4,7 @@
   ``symdiff`` pages (B's columns plus ``__smerge_row``; the next page's token is in the
   schema metadata ``smerge.next_token``), or ``stream`` (B in stored order).
 - ``summary`` (a dataset served with ``summaries``): the frequent-item summarised stream of
-  ``transport.summary`` (ENGINES.md section 9), records in time order; also described as the
+  ``transport.summary`` (docs/semantics.md section 9), records in time order; also described as the
   flight ``NAME.summary``.
 - ``do_action("info")`` returns JSON (schema, keys, count, bounds); ``"health"`` returns ok.
 - ``list_flights`` / ``get_flight_info(path NAME)`` describe the plain streams, so that

@@ -457,6 +457,21 @@ class _SilentServer:
             c.close()
 
 
+def _line_within(pipe, seconds: float, client) -> str:
+    """The next line of ``pipe``, waiting at most ``seconds`` (never forever: a client that failed
+    before its call stalled would leave the server silent) and failing early if ``client`` ended."""
+    import select
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([pipe], [], [], 0.5)
+        if ready:
+            return pipe.readline().strip()
+        if client.poll() is not None:
+            pytest.fail(f"the client ended (exit {client.returncode}) before its call stalled: {client.stderr.read()}")
+    pytest.fail(f"the server did not report a stalled call within {seconds} s")
+
+
 @pytest.fixture(scope="module")
 def stalling_server(tmp_path_factory):
     script = tmp_path_factory.mktemp("stall") / "stall.py"
@@ -500,7 +515,7 @@ def test_client_exits_130_within_2_s_of_a_signal(kind, server, sig, tmp_path, re
         if silent is not None:
             assert silent.accepted.wait(60), p.stderr.read() if p.poll() is not None else "no connection"
         else:
-            assert stall.stdout.readline().strip() == "stalled"
+            assert _line_within(stall.stdout, 60, p) == "stalled"
         time.sleep(0.3)  # well inside the call
         assert p.poll() is None
         t0 = time.monotonic()
