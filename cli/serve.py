@@ -37,6 +37,9 @@ def serve(
     sketch: Annotated[str, typer.Option("--sketch", help="hCount sketch HxM (hash rows x counters).")] = "30x30",
     max_frequent: Annotated[int, typer.Option("--max-frequent", help="At most F frequent items per lifetime.")] = 300,
     nan_keys: NanOpt = "error",
+    json_: Annotated[bool, typer.Option("--json", help="Print the served dataset as one JSON line (url, name, "
+                                                      "records, keys, token, summarised item) instead of its URL.")]
+    = False,
     debug: DebugOpt = False,
 ) -> None:
     """Serve B's records and R-tree index over Arrow Flight until SIGTERM or Ctrl-C."""
@@ -109,7 +112,14 @@ def serve(
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         try:
-            typer.echo(f"{server.url}/{idx.name}", err=False)
+            if json_:  # one line, as the URL is (scripts read the first line)
+                import json
+
+                typer.echo(json.dumps({"command": "serve", "url": f"{server.url}/{idx.name}", "name": idx.name,
+                                       "records": idx.num_rows, "keys": list(idx.keys), "token": bool(token),
+                                       "summarized": summarize if summaries else None}), err=False)
+            else:
+                typer.echo(f"{server.url}/{idx.name}", err=False)
             sys.stdout.flush()
         except OSError as e:  # e.g. standard output on a full disk
             server.shutdown(grace=0)

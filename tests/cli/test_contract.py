@@ -19,6 +19,7 @@ EXTERNAL = r"(?<![\w/])(ENGINES|DATA|CLI)\.md\b|\bspec\s+sections?\b|\bseeds?[ /
 READS = ["cgm", "rtm", "wjoin", "count", "gen", "batch", "archive append", "index build"]
 ONE_OUTPUT = ["cgm", "rtm", "wjoin", "count", "gen", "index build", "plot"]
 EVERY = READS + ["serve", "plot", "archive info"]
+JSON = READS + ["serve", "plot", "archive info"]
 
 
 def command(path: str):
@@ -37,6 +38,11 @@ def test_commands_that_read_records_take_the_common_options(path):
     have = options(path)
     for opt in ("--progress", "--no-progress", "--json", "--stats", "--debug"):
         assert opt in have, (path, opt)
+
+
+@pytest.mark.parametrize("path", JSON)
+def test_every_command_prints_json_on_request(path):
+    assert "--json" in options(path)
 
 
 @pytest.mark.parametrize("path", ONE_OUTPUT)
