@@ -11,14 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.main import main
 from smerge.datasets.archive_read import SAMPLE_ENV
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 
 def snapshot(folder):

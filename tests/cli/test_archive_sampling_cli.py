@@ -14,17 +14,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.main import main
 from smerge.datasets import open_input
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]
 TOKEN = "archive-sampling-token-0123456789"
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from smerge.cli.main import main
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]
 
@@ -21,12 +22,6 @@ SMERGE = [sys.executable, "-m", "smerge"]
 def write(path, **cols):
     pq.write_table(pa.table(cols), path)
     return str(path)
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 @pytest.fixture

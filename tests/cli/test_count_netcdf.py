@@ -18,18 +18,12 @@ import pyarrow.parquet as pq
 import pytest
 import xarray as xr
 
-from smerge.cli.main import main
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]
 TOKEN = "count-netcdf-token-0123456789"
 PSTORM = "/usr/share/ncarg/data/cdf/Pstorm.cdf"
 DAY_US = 86400 * 10**6
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def count_table(capsys, tmp_path, source, *args, name="c"):

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.main import main
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = os.path.join(os.path.dirname(sys.executable), "smerge")
 
@@ -122,11 +122,6 @@ def test_batch_summary_on_a_full_disk(ab, tmp_path, full_dir):
 
 
 # ---- batch jobs files ---------------------------------------------------------------------------
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 @pytest.fixture

@@ -13,18 +13,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.main import main
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]
 STATS_KEYS = {"algorithm", "a_records", "b_records", "matched", "a_unmatched", "b_unmatched", "match_pct",
               "report_windows", "kappa_min", "drop_rate_moving_max", "fetch_seconds", "merge_seconds",
               "write_seconds", "total_seconds", "params"}
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def write(path, **cols):

@@ -14,6 +14,7 @@ import pytest
 from wjoin_oracle import oracle_tuples
 
 from smerge.cli.main import main
+from cli_run import run_cli as shared_run_cli  # noqa: E402 (tests/helpers)
 from smerge.datasets import open_input
 
 
@@ -24,9 +25,7 @@ def write(path, **cols):
 
 def run_cli(capsys, *args):
     """In-process runs (``--local``); Spark runs are in tests/spark/test_spark_wjoin.py."""
-    rc = main([str(a) for a in args] + ["--local"])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
+    return shared_run_cli(capsys, *args, extra=["--local"])
 
 
 @pytest.fixture

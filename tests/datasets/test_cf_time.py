@@ -13,20 +13,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smerge.cli.main import main
 from smerge.datasets import open_input
 from smerge.datasets.cf_time import parse_cf_time
 from smerge.errors import InputError
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 EPOCH = "microseconds since 1970-01-01 00:00:00"
 CALENDARS = ["standard", "gregorian", "proleptic_gregorian", "noleap", "365_day", "all_leap", "366_day", "360_day",
              "julian"]
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def cftime_us(values, units, calendar):

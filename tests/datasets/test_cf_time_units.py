@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smerge.cli.main import main
 from smerge.datasets.cf_time import _UNIT_US, parse_cf_time
 from smerge.errors import InputError
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 CALENDARS = ["standard", "gregorian", "proleptic_gregorian", "noleap", "365_day", "all_leap", "366_day", "360_day",
              "julian"]
@@ -207,12 +207,6 @@ def grid_file(path, times, units, calendar):
         ds.createVariable("lat", "f4", ("lat",))[:] = [10.0, 20.0]
         ds.createVariable("p", "f4", ("time", "lat"))[:] = np.arange(len(times) * 2, dtype=np.float32).reshape(-1, 2)
     return str(path)
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def test_cgm_on_common_years_noleap(tmp_path, capsys):

@@ -10,18 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.cli.main import main
 from smerge.datasets import open_input
 from smerge.index import BIndex
 from smerge.transport.flight_server import IndexServer
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 TOKEN = "flight-input-test-token"
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 @pytest.fixture

@@ -12,16 +12,10 @@ import pytest
 import xarray as xr
 from grid_files import coords, field, permutations, write_grid
 
-from smerge.cli.main import main
 from smerge.datasets import open_input
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMALL_WINDOW = ("--window", "50", "--increment", "10")  # one time slice is 720 or more records
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def merge(capsys, a, b, out, *extra, engine="cgm"):

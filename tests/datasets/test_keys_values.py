@@ -18,14 +18,9 @@ from hypothesis import strategies as st
 
 from smerge.cli.main import main
 from smerge.datasets import open_input
+from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]
-
-
-def run_cli(capsys, *args):
-    rc = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return rc, cap.out, cap.err
 
 
 def pairs(path, a_cols=("lat", "lon"), b_cols=()):
