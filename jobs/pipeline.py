@@ -139,7 +139,7 @@ def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = No
     route = route or route_for(job, options)
     spark_prepared = route.spark and engine.spark_prepared(job, conf)
     engine.request_samples(job, options, route.spark)
-    named_output = job.output
+    named = job  # paths as the user named them (the statistics show them so on every route)
     if route.spark:  # executors resolve relative paths from their own working folder
         from smerge.jobs.paths import absolute_path, with_absolute_paths
 
@@ -164,7 +164,12 @@ def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = No
         result = engine.run_spark(prep, master=master, partitions=options.partitions, conf=conf,
                                   progress=options.progress, verbose=options.verbose, spark=options.spark)
     engine.sample_stats(result, job)
-    return finish(result, route, t0, named_output=named_output, stats_path=job.stats,
+    for field in ("a", "b"):  # inputs as named (Spark made them absolute for its executors)
+        if isinstance(result.get(field), str) and isinstance(getattr(named, field, None), str):
+            result[field] = getattr(named, field)
+    if "inputs" in result and getattr(named, "inputs", None):
+        result["inputs"] = list(named.inputs)
+    return finish(result, route, t0, named_output=named.output, stats_path=job.stats,
                   overwrite=getattr(job, "overwrite", False))
 
 
@@ -175,9 +180,12 @@ def finish(result: dict, route: Route, t0: float, *, named_output: str | None, s
     result["session_seconds"] = float(result.get("session_start_seconds") or 0.0)
     result["total_seconds"] = time.perf_counter() - t0
     out = result.get("output")
-    if isinstance(out, str) and os.path.isabs(out) and (named_output is None or not os.path.isabs(named_output)):
+    if named_output is not None and isinstance(out, str) and os.path.isabs(out) and not os.path.isabs(named_output) \
+            and "://" not in named_output:
+        result["output"] = named_output  # as the user named it
+    elif named_output is None and isinstance(out, str) and os.path.isabs(out):
         try:
-            result["output"] = os.path.relpath(out)  # as the user named it (or the default, in this folder)
+            result["output"] = os.path.relpath(out)  # the default, in the working folder
         except ValueError:
             pass
     if stats_path:

@@ -35,6 +35,8 @@ def test_workers_heaps_are_frozen(spark):
     got = spark.sparkContext.parallelize(range(4), 4).flatMap(_worker_state).collect()
     for pid, before, after, tracked in got:
         assert after > 0 and after >= before
-        assert tracked < after  # most of the worker's objects are frozen, not tracked
+        # the imports are frozen (smerge, pyarrow, numpy: tens of thousands of objects); modules a
+        # later task imports (zarr, h5py for a store) are tracked again, so no ratio is asserted
+        assert after > 10_000, after
     warmed = [g for g in got if g[1] > 0]
     assert warmed and all(b == a for _, b, a, _ in warmed)  # no second freeze

@@ -46,7 +46,10 @@ def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path, spark
     a, b = f["cf-hours", "grid"], f["pandas-ns", "obs"]
     local = cgm(a, b, tmp_path / "local.parquet", "--local")
     assert [(x, y) for x, y, _ in local] == sorted(EXPECTED)
-    job = CGMJob(a=a, b=b, keys_a=("time", "lat", "lon"), eps=EPS, with_ids=True, output=str(tmp_path / "spark.parquet"))
+    from smerge.merge.values import parse_eps
+
+    job = CGMJob(a=a, b=b, keys_a=("time", "lat", "lon"), eps=parse_eps(EPS), with_ids=True,
+                 output=str(tmp_path / "spark.parquet"))
     s = execute(job, RunOptions(partitions=2, spark=spark), route=Route(True, "local[2]", "spark (--master local[2])"))
     assert s["execution"] == "spark"
     assert pairs_of(tmp_path / "spark.parquet") == local
