@@ -44,7 +44,9 @@ def open_dataset(path: str) -> cf_adapter.Dataset:
 
     try:
         group = zarr.open_group(_store(path), mode="r")
-        members = list(group.members())
+        # a store has no order of its arrays, and zarr lists them as its (asynchronous) reads
+        # finish: sorted by name, every process sees the same variables in the same order
+        members = sorted(group.members(), key=lambda m: m[0])
     except InputError:
         raise
     except Exception as e:  # noqa: BLE001 - zarr, json and store errors alike
