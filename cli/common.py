@@ -147,13 +147,17 @@ def counted(batches, progress, total: int | None, unit: str):
         bar.close()
 
 
-def check_stats_path(path: str | None, *, overwrite: bool, inputs=()) -> None:
-    """Before the run: ``--stats PATH`` follows the output rule (exit 2 when it exists without
-    --overwrite, or is an input)."""
+def check_file_option(path: str | None, opt: str, *, overwrite: bool, inputs=()) -> None:
+    """Before the run: a file option's path (``--stats``, ``--plot``) follows the output rule
+    (exit 2 when it exists without --overwrite, or is an input)."""
     if path:
         from smerge.datasets.outputs import check_target
 
-        check_target(path, overwrite=overwrite, folder=False, inputs=[i for i in inputs if i], opt="--stats")
+        check_target(path, overwrite=overwrite, folder=False, inputs=[i for i in inputs if i], opt=opt)
+
+
+def check_stats_path(path: str | None, *, overwrite: bool, inputs=()) -> None:
+    check_file_option(path, "--stats", overwrite=overwrite, inputs=inputs)
 
 
 def finish_command(stats: dict, command: str, t0: float, *, stats_path: str | None = None,

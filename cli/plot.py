@@ -17,10 +17,9 @@ PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Also draw the ru
 
 def check_plot(path: str | None, *, overwrite: bool, inputs=()) -> None:
     """Before the run: the output rule for ``--plot PNG`` (exit 2 when it exists without --overwrite)."""
-    if path:
-        from smerge.datasets.outputs import check_target
+    from smerge.cli.common import check_file_option
 
-        check_target(path, overwrite=overwrite, folder=False, inputs=[i for i in inputs if i], opt="--plot")
+    check_file_option(path, "--plot", overwrite=overwrite, inputs=inputs)
 
 
 def write_plot(stats: dict, path: str | None) -> None:

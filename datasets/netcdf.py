@@ -13,6 +13,7 @@ become nulls.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -587,17 +588,13 @@ class _SlabPlan:
         ``a:b`` of the plan's outer dimension wherever the file stores it, its axes put in the
         plan's order (a strided read of one slab: memory is one slab, as for any input)."""
         var = ds.variables[name]
-        if raw:
-            var.set_auto_maskandscale(False)
         try:
-            if self.perm is None:
-                return np.asarray(var[a:b]) if raw else var[a:b]
-            return self._read_reordered(var, a, b)
+            with _as_stored(var) if raw else contextlib.nullcontext():
+                if self.perm is None:
+                    return np.asarray(var[a:b]) if raw else var[a:b]
+                return self._read_reordered(var, a, b)
         except (OSError, RuntimeError, IndexError, ValueError) as e:
             raise _read_error(self.path, f"variable {name!r}", e) from None
-        finally:
-            if raw:
-                var.set_auto_maskandscale(True)
 
     def _read_outer(self, ds, name: str, a: int, b: int):
         """The 1-D coordinate ``name`` of the plan's outer dimension at outer indices ``a:b``."""
@@ -706,6 +703,16 @@ def _source(plan: "_SlabPlan", grid: GridInfo, batch_rows: int) -> InputSource:
                        reopen=(_source, (plan, grid, batch_rows)))
 
 
+@contextlib.contextmanager
+def _as_stored(var):
+    """``var`` read as stored (no unpacking, no masks) inside the block."""
+    var.set_auto_maskandscale(False)
+    try:
+        yield var
+    finally:
+        var.set_auto_maskandscale(True)
+
+
 def _range_masked(var, data, read_raw) -> int:
     """Values masked by valid_min/valid_max/valid_range (the CF rule netCDF4 applies): masked
     in ``data`` but neither ``_FillValue``, ``missing_value`` nor NaN in the raw values
@@ -757,11 +764,8 @@ def masked_values(src: InputSource, *, read_here: bool = True) -> int:
         ds.set_always_mask(True)
 
     def raw(var, a, b):
-        var.set_auto_maskandscale(False)
-        try:
+        with _as_stored(var):
             return np.asarray(var[a:b])
-        finally:
-            var.set_auto_maskandscale(True)
 
     try:
         for n in names:  # in the file's own layout (a count does not depend on the order)

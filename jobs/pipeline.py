@@ -58,49 +58,47 @@ class Engine:
     spark_prepared: Callable = lambda job, conf: False  # True: prepared inside the session (URL inputs)
 
 
+def _on_spark(module: str, runner: str) -> Callable:
+    """The Spark runner ``module.runner``, imported when a run goes to Spark (never before)."""
+    def run(prep, **kw):
+        import importlib
+
+        return getattr(importlib.import_module(module), runner)(prep, **kw)
+
+    return run
+
+
+def _merge_engine(name: str, prepare: Callable, run_local: Callable, runner: str, **more) -> Engine:
+    """cgm and rtm: inputs A and B, sampled with --sample-a / --sample-b."""
+    from smerge.jobs.sampling import apply_samples, sample_stats
+
+    return Engine(
+        name=name, prepare=prepare, run_local=run_local, run_spark=_on_spark(f"smerge.spark.{name}", runner),
+        inputs=lambda j: (j.a, j.b),
+        request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
+        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))), **more)
+
+
 def _cgm() -> Engine:
     from smerge.jobs.cgm import prepare, run_local
     from smerge.jobs.inputs import needs_spark_readers
-    from smerge.jobs.sampling import apply_samples, sample_stats
 
-    def run_spark(prep, **kw):
-        from smerge.spark.cgm import run_cgm_spark
-
-        return run_cgm_spark(prep, **kw)
-
-    return Engine(
-        name="cgm", prepare=prepare, run_local=run_local, run_spark=run_spark, inputs=lambda j: (j.a, j.b),
-        request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
-        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))),
-        spark_prepared=needs_spark_readers)
+    return _merge_engine("cgm", prepare, run_local, "run_cgm_spark", spark_prepared=needs_spark_readers)
 
 
 def _rtm() -> Engine:
     from smerge.jobs.rtm import prepare_rtm, run_rtm
-    from smerge.jobs.sampling import apply_samples, sample_stats
 
-    def run_spark(prep, **kw):
-        from smerge.spark.rtm import run_rtm_spark
-
-        return run_rtm_spark(prep, **kw)
-
-    return Engine(
-        name="rtm", prepare=prepare_rtm, run_local=run_rtm, run_spark=run_spark, inputs=lambda j: (j.a, j.b),
-        request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
-        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))))
+    return _merge_engine("rtm", prepare_rtm, run_rtm, "run_rtm_spark")
 
 
 def _wjoin() -> Engine:
     from smerge.jobs.sampling import apply_sample_all, wjoin_sample_stats
     from smerge.jobs.wjoin import prepare, run_local
 
-    def run_spark(prep, **kw):
-        from smerge.spark.wjoin import run_wjoin_spark
-
-        return run_wjoin_spark(prep, **kw)
-
     return Engine(
-        name="wjoin", prepare=prepare, run_local=run_local, run_spark=run_spark, inputs=lambda j: j.inputs,
+        name="wjoin", prepare=prepare, run_local=run_local,
+        run_spark=_on_spark("smerge.spark.wjoin", "run_wjoin_spark"), inputs=lambda j: j.inputs,
         request_samples=lambda j, o, spark: apply_sample_all(o.samples[0] if o.samples else None, j.inputs,
                                                              spark=spark, budget=o.budget),
         sample_stats=lambda r, j: wjoin_sample_stats(r, j.inputs))
@@ -164,9 +162,9 @@ def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = No
         result = engine.run_spark(prep, master=master, partitions=options.partitions, conf=conf,
                                   progress=options.progress, verbose=options.verbose, spark=options.spark)
     engine.sample_stats(result, job)
-    for field in ("a", "b"):  # inputs as named (Spark made them absolute for its executors)
-        if isinstance(result.get(field), str) and isinstance(getattr(named, field, None), str):
-            result[field] = getattr(named, field)
+    for name in ("a", "b"):  # inputs as named (Spark made them absolute for its executors)
+        if isinstance(result.get(name), str) and isinstance(getattr(named, name, None), str):
+            result[name] = getattr(named, name)
     if "inputs" in result and getattr(named, "inputs", None):
         result["inputs"] = list(named.inputs)
     return finish(result, route, t0, named_output=named.output, stats_path=job.stats,

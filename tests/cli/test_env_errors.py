@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
+from tmpfs import mounted_tmpfs  # noqa: E402 (tests/helpers)
 
 SMERGE = os.path.join(os.path.dirname(sys.executable), "smerge")
 
@@ -54,12 +55,7 @@ def ab(tmp_path_factory):
 @pytest.fixture
 def full_dir(tmp_path):
     """A 1 MiB tmpfs with no byte free (root only; skipped where it cannot be mounted)."""
-    d = tmp_path / "full"
-    d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here (the RLIMIT_FSIZE tests cover the writers)")
-    try:
+    with mounted_tmpfs(tmp_path / "full", "1m") as d:  # (the RLIMIT_FSIZE tests cover the writers elsewhere)
         fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             while True:
@@ -69,8 +65,6 @@ def full_dir(tmp_path):
         finally:
             os.close(fd)
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 def entries(d) -> list[str]:

@@ -4,16 +4,19 @@ cause (exit 2), nothing left behind -- as in-process -- for cgm, rtm and wjoin."
 from __future__ import annotations
 
 import os
-import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.errors import OutputError
-from smerge.jobs.pipeline import RunOptions, execute
-from smerge.jobs.route import Route
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "helpers"))
+from tmpfs import mounted_tmpfs  # noqa: E402
+
+from smerge.errors import OutputError  # noqa: E402
+from smerge.jobs.pipeline import RunOptions, execute  # noqa: E402
+from smerge.jobs.route import Route  # noqa: E402
 
 pytestmark = pytest.mark.slow
 SPARK = Route(True, "local[2]", "spark (--master local[2])")
@@ -22,15 +25,8 @@ SPARK = Route(True, "local[2]", "spark (--master local[2])")
 @pytest.fixture
 def small_dir(tmp_path):
     """A 256 KiB tmpfs: room for the staging folder, not for the parts (root only)."""
-    d = tmp_path / "small"
-    d.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(d)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("cannot mount a small tmpfs here")
-    try:
+    with mounted_tmpfs(tmp_path / "small", "256k") as d:
         yield d
-    finally:
-        subprocess.run(["umount", "-l", str(d)], check=False)
 
 
 @pytest.mark.parametrize("engine", ["cgm", "rtm", "wjoin"])
