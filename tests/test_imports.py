@@ -10,7 +10,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The folders installed under the smerge namespace (setup.cfg's package_dir).
-PACKAGES = {"core": "smerge", "cli": "smerge.cli", "merge": "smerge.merge", "index": "smerge.index",
+PACKAGES = {"smerge": "smerge", "cli": "smerge.cli", "merge": "smerge.merge", "index": "smerge.index",
             "transport": "smerge.transport", "datasets": "smerge.datasets", "jobs": "smerge.jobs",
             "spark": "smerge.spark"}
 
@@ -57,8 +57,8 @@ def test_no_module_imports_the_old_flat_paths():
         assert out.strip() == "True", name
 
 
-def test_core_keeps_only_the_package_root():
-    assert sorted(p.name for p in (ROOT / "core").glob("*.py")) == [
+def test_root_folder_keeps_only_the_package_root():
+    assert sorted(p.name for p in (ROOT / "smerge").glob("*.py")) == [
         "__init__.py", "__main__.py", "errors.py", "memory.py", "plot.py", "xarray.py"]
 
 

@@ -261,7 +261,7 @@ def test_parse_fraction():
 def test_one_unit_table_in_the_sources():
     # No other module carries a table of duration units (the old copies had "min": 60 ...).
     table = re.compile(r"""["']min["']\s*:\s*60""")
-    hits = [str(p.relative_to(ROOT)) for d in ("core", "cli", "merge", "index", "transport", "datasets", "jobs",
+    hits = [str(p.relative_to(ROOT)) for d in ("smerge", "cli", "merge", "index", "transport", "datasets", "jobs",
                                                 "spark") for p in sorted((ROOT / d).rglob("*.py"))
             if table.search(p.read_text())]
     assert hits == ["merge/values.py"]
