@@ -57,8 +57,8 @@ def run_once(table, *, item: str = "item", time_col: str = "t", **kw) -> dict:
     import numpy as np
     import pyarrow as pa
 
-    from smerge.merge.itemcount import ItemCounts, time_values
-    from smerge.transport.summary import (IpcBytes, SenderStats, SummaryParams, SummaryReceiver, summarize,
+    from smerge.counting.itemcount import ItemCounts, time_values
+    from smerge.counting.summary import (IpcBytes, SenderStats, SummaryParams, SummaryReceiver, summarize,
                                           summary_schema)
 
     prm = {**DEFAULTS, **kw}
@@ -160,7 +160,7 @@ def sketch_noise(items, lifetime: int, sketch=(30, 30)) -> dict:
     collisions of its least-loaded row)."""
     import numpy as np
 
-    from smerge.merge.hcount import HCount
+    from smerge.counting.hcount import HCount
 
     x = items[:lifetime]
     u, c = np.unique(x, return_counts=True)

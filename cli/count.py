@@ -95,7 +95,7 @@ def _count(source: str, item: str, time_col: str, every: str | None, start: str 
 def _query(item_type, time_field, every, start, stop):
     """The count query; ``time_field`` (a field: a decoded CF time carries its calendar) gives
     the meaning of durations and date-times."""
-    from smerge.merge.itemcount import ItemCounts, check_time_type, duration_ticks, time_point
+    from smerge.counting.itemcount import ItemCounts, check_time_type, duration_ticks, time_point
 
     time_type = time_field.type
     check_time_type(time_type, "--time")
@@ -139,8 +139,8 @@ def _from_records(source, item, time_col, every, start, stop, progress=None):
 
     from smerge.datasets.flight import is_flight_url
     from smerge.errors import InputError, UsageError
-    from smerge.merge.itemcount import time_values
-    from smerge.transport.summary import IpcBytes
+    from smerge.counting.itemcount import time_values
+    from smerge.counting.summary import IpcBytes
 
     src = _open_records(source, item, time_col)
     names = src.schema.names
@@ -169,7 +169,7 @@ def _from_records(source, item, time_col, every, start, stop, progress=None):
 
 
 def _from_summary(source, client, every, start, stop):
-    from smerge.transport.summary import SummaryReceiver, summary_description
+    from smerge.counting.summary import SummaryReceiver, summary_description
 
     schema, messages = client.summary()
     desc = summary_description(schema)

@@ -90,8 +90,8 @@ def serve(
             idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
         summaries = None
         if wants_summary:
-            from smerge.merge.hcount import parse_sketch
-            from smerge.transport.summary import SummaryParams
+            from smerge.counting.hcount import parse_sketch
+            from smerge.counting.summary import SummaryParams
 
             summaries = {idx.name: SummaryParams(summarize, time_col, lifetime, support=support,
                                                  correct_factor=correct_factor, sketch=parse_sketch(sketch),

@@ -15,7 +15,7 @@ import pyarrow as pa
 from smerge.datasets.archive_manifest import (AGG_DIR, AGG_FUNCS, _AGG_NAME, Manifest, _make_dir, _read_range, damaged,
                                               read_manifest)
 from smerge.errors import UsageError
-from smerge.merge.itemcount import tick_ns
+from smerge.merge.keys import tick_ns
 from smerge.merge.values import parse_duration
 
 @dataclass(frozen=True)

@@ -70,6 +70,17 @@ def us_per_raw(t: pa.DataType) -> float | None:
     return None
 
 
+def tick_ns(t: pa.DataType) -> int | None:
+    """Nanoseconds of one tick of a timestamp/date type; None for plain numbers."""
+    if pa.types.is_timestamp(t):
+        return {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[t.unit]
+    if pa.types.is_date32(t):
+        return 86400 * 10**9
+    if pa.types.is_date64(t):
+        return 10**6
+    return None
+
+
 def check_keys(schema: pa.Schema, keys: Sequence[str], *, side: str, source: str | None = None) -> list[KeyKind]:
     """Check that every key exists and is a number or a time; return the key kinds (for A/B comparison)."""
     where = f" in {source}" if source else ""

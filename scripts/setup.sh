@@ -54,5 +54,5 @@ else
 fi
 # Byte-compile smerge's modules once, as installing a wheel does: with PYTHONDONTWRITEBYTECODE
 # set, an editable install would otherwise compile them from source in every process.
-.venv/bin/python -m compileall -q smerge cli merge index transport datasets spark jobs >/dev/null || true
+.venv/bin/python -m compileall -q smerge cli merge index transport datasets spark jobs counting >/dev/null || true
 echo "smerge setup: ready (.venv/bin/smerge)" >&2

@@ -230,7 +230,7 @@ class IndexClient:
                 pass
 
     def summary(self) -> tuple[pa.Schema, Iterator[tuple[pa.RecordBatch, bytes | None]]]:
-        """The summarised stream (``transport.summary``): its schema and (batch, app-metadata)
+        """The summarised stream (``smerge.counting.summary``): its schema and (batch, app-metadata)
         messages. A dropped stream is an error, not retried mid-way."""
         q = Query(op="summary", dataset=self.dataset, boxes=(), limit=1, token=None, columns=None)
         reader = self._do_get(q)

@@ -6,7 +6,7 @@ A query is a small JSON object sent as a Flight ticket (``do_get``) or action bo
 ``{"op": "symdiff", "box": {..}, "box2": {..}, "limit": 5000, "token": null}``
 ``{"op": "stream"}`` (B in stored order), optional ``"columns": [..]`` and ``"dataset": NAME``.
 ``{"op": "summary"}``: the summarised stream of a dataset served with ``--summarize``
-(``transport.summary``; its columns are fixed: no ``"columns"``).
+(``smerge.counting.summary``; its columns are fixed: no ``"columns"``).
 
 Every field is checked (type, size, range); anything else is rejected with a message that
 says what is wrong. Limits are module constants.

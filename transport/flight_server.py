@@ -4,8 +4,8 @@
   ``symdiff`` pages (B's columns plus ``__smerge_row``; the next page's token is in the
   schema metadata ``smerge.next_token``), or ``stream`` (B in stored order).
 - ``summary`` (a dataset served with ``summaries``): the frequent-item summarised stream of
-  ``transport.summary`` (docs/semantics.md section 9), records in time order; also described as the
-  flight ``NAME.summary``.
+  ``smerge.counting.summary`` (docs/semantics.md section 9), records in time order; also described
+  as the flight ``NAME.summary``.
 - ``do_action("info")`` returns JSON (schema, keys, count, bounds); ``"health"`` returns ok.
 - ``list_flights`` / ``get_flight_info(path NAME)`` describe the plain streams, so that
   ``grpc://host:port/NAME`` can be read like a file.
@@ -40,7 +40,7 @@ import stat
 import tempfile
 import threading
 import time
-from typing import TYPE_CHECKING, Mapping
+from typing import Any, Mapping
 
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never reach the CLI's stderr
 
@@ -52,9 +52,6 @@ from smerge.index import BIndex, Box
 from smerge.transport.flight_gate import Gate
 from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY,
                                               BadRequest, parse_query)
-
-if TYPE_CHECKING:
-    from smerge.transport.summary import SummaryParams
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815
@@ -246,7 +243,7 @@ class IndexServer(flight.FlightServerBase):
     def __init__(self, indexes: Mapping[str, BIndex] | BIndex, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
                  token: str | None = None, tls_cert: bytes | None = None, tls_key: bytes | None = None,
                  max_page: int = MAX_PAGE_ROWS, max_response_bytes: int = MAX_RESPONSE_BYTES,
-                 summaries: Mapping[str, "SummaryParams"] | None = None):
+                 summaries: Mapping[str, Any] | None = None):
         if isinstance(indexes, BIndex):
             indexes = {indexes.name: indexes}
         if not indexes:
@@ -465,7 +462,9 @@ class IndexServer(flight.FlightServerBase):
             return self._summary_info(name[:-len(SUMMARY_SUFFIX)])
         return self._flight_info(name, self._index(name))
 
-    # -- the summarised streams (transport.summary) ------------------------------------------------
+    # -- the summarised streams ----------------------------------------------------------------------
+    # ``summaries`` holds smerge.counting.summary.SummaryParams: they resolve the columns, describe the
+    # stream and produce it (``smerge serve`` passes them in; this layer imports no counting code).
 
     def _summary_entry(self, name: str | None):
         idx = self._index(name)
@@ -477,24 +476,20 @@ class IndexServer(flight.FlightServerBase):
         return name, entry
 
     def _summary_stream(self, name: str | None) -> flight.GeneratorStream:
-        from smerge.transport.summary import summarize, summary_schema
-
         name, (params, length, table) = self._summary_entry(name)
         self._count()
         with self._summary_lock:  # a served dataset does not change: summarise it once, at the first request
             messages = self._summary_cache.get(name)
             if messages is None:
-                messages = list(summarize(table.to_batches(max_chunksize=STREAM_BATCH_ROWS), table.schema, params))
+                messages = list(params.summarize(table.to_batches(max_chunksize=STREAM_BATCH_ROWS), table.schema))
                 self._summary_cache[name] = messages
-        return flight.GeneratorStream(summary_schema(table.schema, params, length), _with_metadata(messages))
+        return flight.GeneratorStream(params.summary_schema(table.schema, length), _with_metadata(messages))
 
     def _summary_info(self, name: str) -> flight.FlightInfo:
-        from smerge.transport.summary import summary_schema
-
         params, length, table = self._summaries[name]
         ticket = flight.Ticket(json.dumps({"op": "summary", "dataset": name}).encode())
         desc = flight.FlightDescriptor.for_path(name + SUMMARY_SUFFIX)
-        return flight.FlightInfo(summary_schema(table.schema, params, length), desc,
+        return flight.FlightInfo(params.summary_schema(table.schema, length), desc,
                                  [flight.FlightEndpoint(ticket, [])], -1, -1)
 
     def start_background(self) -> threading.Thread:

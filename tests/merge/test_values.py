@@ -123,7 +123,7 @@ def test_huge_values_beyond_int64_nanoseconds():
     # clamps (wjoin: a bound past the data's span is no bound) or refuses (count's ticks).
     d = parse_duration("1e12h")
     assert d.nanoseconds() == 3.6e24 > 2**63
-    from smerge.merge.itemcount import duration_ticks
+    from smerge.counting.itemcount import duration_ticks
     from smerge.merge.wjoin import INT_POS, resolve_bound
 
     assert resolve_bound(d, "datetime@s") == INT_POS and resolve_bound(d, "datetime_us@us") == INT_POS
@@ -145,7 +145,7 @@ def test_str_and_equality():
 @pytest.mark.parametrize("text", ["90s", "30min", "6h", "2d", "1w", "1500ms"])
 def test_consumers_agree_on_a_duration(text):
     from smerge.datasets.archive_aggregate import _ticks_per_window, parse_aggregate
-    from smerge.merge.itemcount import duration_ticks
+    from smerge.counting.itemcount import duration_ticks
     from smerge.merge.keys import key_eps
     from smerge.merge.wjoin import resolve_bound
 
@@ -158,7 +158,7 @@ def test_consumers_agree_on_a_duration(text):
 
 
 def test_count_takes_months_on_a_360_day_time_only():
-    from smerge.merge.itemcount import duration_ticks
+    from smerge.counting.itemcount import duration_ticks
 
     f360 = pa.field("t", pa.int64(), metadata={b"smerge.cf_units": b"days since 2000-01-01", b"calendar": b"360_day",
                                                b"smerge.cf_unit_us": str(86400 * 10**6).encode()})

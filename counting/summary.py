@@ -7,7 +7,7 @@ forecast-body (item, lifetime, estimated count) per frequent item is sent and th
 in that lifetime are not; every other record is sent raw (held back into batches of about
 ``RAW_BATCH_ROWS``, flushed at each lifetime's end); at its end a correct-body (item,
 lifetime, true - estimated) is sent for each frequent item with |estimated - true| > c * true.
-The receiver counts raw records + forecasts + corrections (``merge.itemcount.ItemCounts``).
+The receiver counts raw records + forecasts + corrections (``smerge.counting.itemcount.ItemCounts``).
 
 Wire format (one Arrow schema, Flight's or IPC's): the columns ``item`` and ``time`` (the source's
 names and types), the schema metadata ``smerge.summary`` (JSON: columns, lifetime length in the
@@ -34,9 +34,9 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, UsageError
-from smerge.merge.hcount import (DEFAULT_DEPTH, DEFAULT_MAX_FREQUENT, DEFAULT_SUPPORT, DEFAULT_WIDTH, HCount,
-                                 item_keys)
-from smerge.merge.itemcount import ItemCounts, check_time_type, duration_ticks, lifetime_ids, time_values
+from smerge.counting.hcount import (DEFAULT_DEPTH, DEFAULT_MAX_FREQUENT, DEFAULT_SUPPORT, DEFAULT_WIDTH, HCount,
+                                    item_keys)
+from smerge.counting.itemcount import ItemCounts, check_time_type, duration_ticks, lifetime_ids, time_values
 
 SUMMARY_META_KEY = b"smerge.summary"
 FORECAST, CORRECT, TRAILER = b"F", b"C", b"E"
@@ -85,6 +85,14 @@ class SummaryParams:
         return {"item": self.item, "time": self.time, "lifetime": length, "lifetime_text": str(self.lifetime),
                 "support": self.support, "correct_factor": self.correct_factor, "sketch": list(self.sketch),
                 "max_frequent": self.max_frequent}
+
+    # What a server needs to offer the summarised stream (the transport layer imports no counting
+    # code: ``smerge serve`` hands it these parameters).
+    def summary_schema(self, schema: pa.Schema, length: int | float) -> pa.Schema:
+        return summary_schema(schema, self, length)
+
+    def summarize(self, batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[Message]:
+        return summarize(batches, schema, self)
 
 
 def summary_schema(schema: pa.Schema, params: SummaryParams, length: int | float) -> pa.Schema:

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from smerge.errors import UsageError
-from smerge.merge.hcount import HCount, item_keys, parse_sketch
+from smerge.counting.hcount import HCount, item_keys, parse_sketch
 
 
 @settings(max_examples=60, deadline=None)

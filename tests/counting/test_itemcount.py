@@ -11,8 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import smerge.merge.itemcount as ic
-from smerge.merge.itemcount import ItemCounts
+import smerge.counting.itemcount as ic
+from smerge.counting.itemcount import ItemCounts
 
 
 def oracle(items, times, every=None, start=None, stop=None):

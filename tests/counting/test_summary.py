@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from smerge.errors import UsageError
 from smerge.index import BIndex
-from smerge.merge.itemcount import ItemCounts
-from smerge.transport.summary import (SenderStats, SummaryParams, SummaryReceiver, summarize, summary_schema)
+from smerge.counting.itemcount import ItemCounts
+from smerge.counting.summary import (SenderStats, SummaryParams, SummaryReceiver, summarize, summary_schema)
 
 TOKEN = "summary-token-0123456789"
 

@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError
-from smerge.merge.keys import numpy_view
+from smerge.merge.keys import numpy_view, tick_ns
 from smerge.merge.values import parse_duration
 
 COMPACT_ROWS = 1 << 22  # partial (interval, item) rows held before they are summed
@@ -32,17 +32,6 @@ COMPACT_ROWS = 1 << 22  # partial (interval, item) rows held before they are sum
 
 def is_time_type(t: pa.DataType) -> bool:
     return pa.types.is_timestamp(t) or pa.types.is_date(t)
-
-
-def tick_ns(t: pa.DataType) -> int | None:
-    """Nanoseconds of one tick of a timestamp/date type; None for plain numbers."""
-    if pa.types.is_timestamp(t):
-        return {"s": 10**9, "ms": 10**6, "us": 10**3, "ns": 1}[t.unit]
-    if pa.types.is_date32(t):
-        return 86400 * 10**9
-    if pa.types.is_date64(t):
-        return 10**6
-    return None
 
 
 def check_time_type(t: pa.DataType, column: str) -> None:
