@@ -15,8 +15,8 @@ Writers compared (all read the same Arrow IPC source through ``open_input``):
 - strawman: ``pyarrow.parquet.ParquetWriter`` with Parquet's defaults, no fsync (the issue's);
 - strawman + fsync: the same, then one fsync of the file (what durability costs it);
 - strawman, archive encoding: the same writer with the archive's block encoding options
-  (``archive.parquet_options``), no fsync: the layout's own overhead without the encoding choice;
-- randomize-then-sort and eager: ``archive.append`` (per run: one file, one fsync of it, of its
+  (``archive.blocks.parquet_options``), no fsync: the layout's own overhead without the encoding choice;
+- randomize-then-sort and eager: ``archive.append.append`` (per run: one file, one fsync of it, of its
   folder and of the manifest).
 
     python bench/bench_archive.py [--n 20000000] [--repeats 3]
@@ -88,10 +88,11 @@ def main() -> None:
     cap = args.as_gib << 30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
-    from smerge.datasets import archive_read
     from smerge.datasets import open_input
-    from smerge.datasets.archive import (AppendParams, append, blocks_for_fraction, info, parquet_options,
-                                         read_block, read_manifest)
+    from smerge.datasets.archive import read as archive_read
+    from smerge.datasets.archive.append import AppendParams, append
+    from smerge.datasets.archive.blocks import parquet_options
+    from smerge.datasets.archive.manifest import blocks_for_fraction, info, read_block, read_manifest
 
     load_before = load()
     table = stream(args.n)
@@ -144,7 +145,7 @@ def main() -> None:
             return n, s.counters["bytes_read"]
 
         def read_eager_direct(f: float):
-            # what archive_read does per run with blocks_for_fraction (used while the reader does not call it)
+            # what archive.read does per run with blocks_for_fraction (used while the reader does not call it)
             n = nbytes = 0
             for i in range(len(eman.runs)):
                 rng = np.random.default_rng([2, i])
@@ -159,7 +160,7 @@ def main() -> None:
                 if parts:
                     t = pa.concat_tables(parts)
                     if len(parts) > 1:
-                        from smerge.datasets.archive import time_order
+                        from smerge.datasets.archive.blocks import time_order
                         t = t.take(time_order(t.column("t")))
                     n += t.num_rows
             return n, nbytes
@@ -179,7 +180,7 @@ def main() -> None:
                "eager": {k: ei[k] for k in ("runs", "blocks", "bytes", "copies")},
                "plain_bytes": plain_bytes, "plain_tuned_bytes": tuned_bytes,
                "writes": {k: v[0] for k, v in writes.items()}, "write_medians": w, "reads": rows,
-               "eager_read_via": "archive_read" if reader_eager else "blocks_for_fraction + read_block in the bench",
+               "eager_read_via": "archive.read" if reader_eager else "blocks_for_fraction + read_block in the bench",
                "load_before": load_before, "load_after": load_after, "as_gib": args.as_gib,
                "machine": common.machine(), "when": time.strftime("%Y-%m-%d %H:%M")}
         if not args.dry:

@@ -110,7 +110,7 @@ def timed(fns: dict, repeats: int) -> dict:
 
 
 def budget_scenario(arch: str, n: int, repeats: int, us: float, slow: float) -> dict:
-    from smerge.datasets.archive_read import Budget
+    from smerge.datasets.archive.read import Budget
 
     slow_after = n * 10 // 2 if slow != 1.0 else None  # t = 10 i + noise: the archive's second half
     full = timed({"full": lambda: read(arch, Consumer(us, slow, slow_after))}, repeats)["full"]["median"]
@@ -161,7 +161,7 @@ def cli_scenario(arch: str, repeats: int, budget_div: int) -> dict:
 def coverage(arch: str, seeds: int, auto_seeds: int, auto_budget: float) -> dict:
     from smerge.cli.sampling import estimate, estimate_runs
     from smerge.datasets import open_input
-    from smerge.datasets.archive_read import Budget
+    from smerge.datasets.archive.read import Budget
 
     src = open_input(arch, keys=("t",))
     truth = sum(int(np.sum(b.column("station").to_numpy() == 1)) for b in src.batches())
@@ -211,7 +211,8 @@ def main() -> None:
     cap = args.as_gib << 30
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     from smerge.datasets import open_input
-    from smerge.datasets.archive import AppendParams, append, read_manifest
+    from smerge.datasets.archive.append import AppendParams, append
+    from smerge.datasets.archive.manifest import read_manifest
 
     load_before = load()
     work = Path(tempfile.mkdtemp(prefix="bench-archive-sample-", dir=os.environ.get("BENCH_TMP")))

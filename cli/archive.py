@@ -51,7 +51,8 @@ def append_cmd(
 
     def body() -> int:
         from smerge.datasets import open_input
-        from smerge.datasets.archive import AppendParams, append, parse_aggregate, parse_copies
+        from smerge.datasets.archive.aggregate import parse_aggregate
+        from smerge.datasets.archive.append import AppendParams, append, parse_copies
         from smerge.datasets.outputs import local_real
         from smerge.errors import UsageError
 
@@ -86,7 +87,7 @@ def info_cmd(
     file sizes are checked)."""
 
     def body() -> int:
-        from smerge.datasets.archive import info
+        from smerge.datasets.archive.manifest import info
 
         d = info(archive, verify=verify)
         if json_:

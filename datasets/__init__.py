@@ -31,7 +31,7 @@ def open_input(path: str, *, keys: Sequence[str] | None = None, variables: Seque
     variables on the key dimensions / all non-key columns). ``decode_times``: netCDF keys with
     CF units ``"<unit> since <date>"`` become ``timestamp[ns]``. Nothing is read beyond metadata
     until ``batches()`` is iterated. ``sample``, ``sample_seed``: for an archive folder, the
-    sampling fraction in (0, 1] and its seed (datasets/archive_read.py); other inputs refuse them.
+    sampling fraction in (0, 1] and its seed (datasets/archive/read.py); other inputs refuse them.
     ``order``: ``(key, direction)`` pairs in another grid's dimension order: a netCDF grid keyed
     by its dimension coordinates is then read in that order (``NetCDFBackend.open``); other
     inputs are read as stored.

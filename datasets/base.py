@@ -117,7 +117,8 @@ def register_backend(backend: Backend) -> Backend:
 
 def backends() -> dict[str, Backend]:
     # Built-in backends register on import; third parties may call register_backend.
-    from smerge.datasets import archive_read, arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
+    from smerge.datasets import arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
+    from smerge.datasets.archive import read  # noqa: F401
 
     return dict(_REGISTRY)
 
@@ -176,10 +177,10 @@ def read_magic(path: str) -> bytes:
     if os.path.isdir(path):
         if any(os.path.isfile(os.path.join(path, m)) for m in ("zarr.json", ".zgroup")):
             return ZARR_MAGIC  # a Zarr store: datasets/zarr_store.py opens it (netCDF backend)
-        from smerge.datasets.archive import is_archive
+        from smerge.datasets.archive.probe import is_archive
 
-        if is_archive(path):  # a folder with an archive manifest: datasets/archive_read.py opens it
-            from smerge.datasets.archive_read import ARCHIVE_MAGIC
+        if is_archive(path):  # a folder with an archive manifest: datasets/archive/read.py opens it
+            from smerge.datasets.archive.read import ARCHIVE_MAGIC
 
             return ARCHIVE_MAGIC
         raise InputError(f"{path}: is a directory, not a data file nor a Zarr store (no zarr.json or .zgroup); "

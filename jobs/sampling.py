@@ -1,14 +1,14 @@
 """Sampled reads of archive inputs (``--sample-a/--sample-b``, ``--sample``, ``--budget``) and their estimates.
 
 The fraction is handed to the archive backend before the inputs are opened
-(``archive_read.request_sample``); the statistics then give the fraction used per archive input
+(``archive.read.request_sample``); the statistics then give the fraction used per archive input
 (``a_sample_fraction``, ``b_sample_fraction``; wjoin: ``sample_fractions``, None for inputs
 that are not archives) and counts scaled by 1/f into estimates with 95% intervals.
 ``auto`` with ``--budget SECONDS`` chooses the fraction per run from the measured throughput
-(``archive_read.auto_batches``); one budget is shared by the command's archive inputs, counted
+(``archive.read.auto_batches``); one budget is shared by the command's archive inputs, counted
 from when the options are checked. On Spark a fixed fraction is pinned on the driver and read
 by the tasks (``smerge.spark.archive``); auto is refused there. The archive modules are imported
-only when some input is an archive folder or a fraction is given (``datasets.archive_probe``).
+only when some input is an archive folder or a fraction is given (``datasets.archive.probe``).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
         raise UsageError("--sample auto needs --budget SECONDS (the time the archive reads may take)")
     if not auto:
         return None
-    from smerge.datasets.archive_read import Budget, parse_budget
+    from smerge.datasets.archive.read import Budget, parse_budget
 
     return Budget(parse_budget(budget))
 
@@ -40,7 +40,7 @@ def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
 def _clear_requests() -> None:
     """Forget the requests of an earlier command in this process (none when the archive reader
     was never imported: it is imported only for archive inputs and sampling options)."""
-    mod = sys.modules.get("smerge.datasets.archive_read")
+    mod = sys.modules.get("smerge.datasets.archive.read")
     if mod is not None:
         mod.clear_requests()
 
@@ -52,7 +52,7 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
     auto on Spark (also from ``SMERGE_ARCHIVE_SAMPLE``); ``budget`` is the text of ``--budget``
     (needed by, and only by, auto). Imports the archive modules only when some input is an
     archive folder or a fraction is given."""
-    from smerge.datasets.archive_probe import is_archive
+    from smerge.datasets.archive.probe import is_archive
     from smerge.errors import UsageError
 
     _clear_requests()  # a request lasts one command (main() may run several in one process)
@@ -61,11 +61,11 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
         archive = path is not None and is_archive(path)
         if text is None:
             if spark and archive:  # the environment's fraction: checked here, pinned for the tasks later
-                from smerge.datasets.archive_read import SAMPLE_ENV, pinned_sample
+                from smerge.datasets.archive.read import SAMPLE_ENV, pinned_sample
 
                 pinned_sample(path, f"${SAMPLE_ENV} for {path}")
             continue
-        from smerge.datasets.archive_read import parse_fraction, request_sample
+        from smerge.datasets.archive.read import parse_fraction, request_sample
 
         auto = text.strip().lower() == AUTO
         f = shared if auto else parse_fraction(text, opt)
@@ -75,7 +75,7 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
                                  "archives only (`smerge archive append`)")
             continue
         if spark and auto:
-            from smerge.datasets.archive_read import SPARK_AUTO
+            from smerge.datasets.archive.read import SPARK_AUTO
 
             raise UsageError(f"{opt} auto: {SPARK_AUTO}")
         request_sample(path, f)
@@ -85,12 +85,12 @@ def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool,
                      option: str = "--sample") -> None:
     """wjoin's (and count's) ``--sample F|auto``: every input that is an archive folder is read with
     F (files in full)."""
-    from smerge.datasets.archive_probe import is_archive
+    from smerge.datasets.archive.probe import is_archive
     from smerge.errors import UsageError
 
     archives = [p for p in inputs if is_archive(p)]
     if text is not None and not archives:
-        from smerge.datasets.archive_read import parse_fraction
+        from smerge.datasets.archive.read import parse_fraction
 
         _budget([text], budget)
         if text.strip().lower() == AUTO or parse_fraction(text, option) < 1:
@@ -140,7 +140,7 @@ def estimate_spread(count: int, used: dict, other: float = 1.0) -> tuple[float, 
 def used_fraction(path: str) -> tuple[float, Optional[dict]]:
     """The fraction an archive input was read with and, for auto, its reader's counters: the
     fraction is then the expected share of the archive read (sum f_i n_i / N over its runs)."""
-    from smerge.datasets.archive_read import Budget, fraction_for, used_for
+    from smerge.datasets.archive.read import Budget, fraction_for, used_for
 
     f = fraction_for(path)
     if not isinstance(f, Budget):
@@ -164,7 +164,7 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
     ``_sample_read_seconds``; the records estimate sums each run's records over its own fraction,
     and ``matched_estimate`` uses the inputs' overall fractions (exact only when f is the same for
     every run, see docs/archive.md)."""
-    from smerge.datasets.archive_probe import is_archive
+    from smerge.datasets.archive.probe import is_archive
 
     p = 1.0
     autos = []
@@ -192,7 +192,7 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
 
 
 def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
-    from smerge.datasets.archive_probe import is_archive
+    from smerge.datasets.archive.probe import is_archive
 
     if any(is_archive(p) for p in inputs):
         used = [used_fraction(p) if is_archive(p) else (None, None) for p in inputs]
@@ -257,7 +257,7 @@ class SampledCounts:
 def count_sample_stats(stats: dict, source: str) -> dict:
     """``smerge count``'s statistics for an archive source: ``sample_fraction`` and, below 1,
     ``records_estimate`` with its 95% interval (auto: also the mode, budget and run fractions)."""
-    from smerge.datasets.archive_probe import is_archive
+    from smerge.datasets.archive.probe import is_archive
 
     if is_archive(source):
         f, used = used_fraction(source)

@@ -2,10 +2,10 @@
 sampling fraction and seed, and the tasks reopen it with them.
 
 An archive read at a fixed fraction f has a known number of records per run (the draws depend
-on the manifest's block counts only: ``archive_read.sample_counts``), so it is an input with a
+on the manifest's block counts only: ``archive.read.sample_counts``), so it is an input with a
 known row count like a Parquet file: the Spark routes cut it into row ranges as they cut a file,
 and a task reading rows [start, stop) reads only the runs holding them (their chosen blocks),
-each once (``archive_read.sample_batches``). Records, order and row ids are --local's.
+each once (``archive.read.sample_batches``). Records, order and row ids are --local's.
 
 Nothing here imports pyspark; the archive modules are imported only for archive inputs.
 """
@@ -16,12 +16,12 @@ from __future__ import annotations
 def pinned_sample(path: str | None) -> tuple:
     """``(fraction, seed)`` the driver reads the archive at ``path`` with (``()``: not an archive).
     auto (``--sample auto``, ``SMERGE_ARCHIVE_SAMPLE=auto``) is a UsageError: see
-    ``archive_read.pinned_sample``."""
-    from smerge.datasets.archive_probe import is_archive
+    ``archive.read.pinned_sample``."""
+    from smerge.datasets.archive.probe import is_archive
 
     if not path or not is_archive(path):
         return ()
-    from smerge.datasets.archive_read import pinned_sample as pin
+    from smerge.datasets.archive.read import pinned_sample as pin
 
     return pin(path)
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.datasets.archive_read import SAMPLE_ENV
+from smerge.datasets.archive.read import SAMPLE_ENV
 from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 

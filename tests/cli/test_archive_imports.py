@@ -1,7 +1,7 @@
 """The archive modules are imported only when a run needs them: a `smerge cgm --local` process
-over Parquet inputs with no sampling option loads neither `smerge.datasets.archive` nor
-`smerge.datasets.archive_read` (about 40 ms of start-up); with an archive input it does, and
-reads it."""
+over Parquet inputs with no sampling option loads neither `smerge.datasets.archive.manifest` nor
+`smerge.datasets.archive.read` (about 40 ms of start-up; only the light `probe` is imported); with
+an archive input it does, and reads it."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ import json, sys
 sys.argv = ["smerge", "cgm", *sys.argv[1:], "--keys", "k", "--eps", "0.05", "--local"]
 from smerge.cli.main import main
 rc = main()
-print(json.dumps({"rc": rc, "archive": "smerge.datasets.archive" in sys.modules,
-                  "archive_read": "smerge.datasets.archive_read" in sys.modules}))
+print(json.dumps({"rc": rc, "manifest": "smerge.datasets.archive.manifest" in sys.modules,
+                  "read": "smerge.datasets.archive.read" in sys.modules}))
 """
 
 
@@ -42,7 +42,7 @@ def inputs(tmp_path):
 def test_parquet_inputs_do_not_import_the_archive_modules(tmp_path):
     a, b = inputs(tmp_path)
     got = probe(tmp_path, a, b, "-o", tmp_path / "o.parquet")
-    assert got == {"rc": 0, "archive": False, "archive_read": False}
+    assert got == {"rc": 0, "manifest": False, "read": False}
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 2000
 
 
@@ -53,6 +53,6 @@ def test_an_archive_input_imports_them_and_is_read(tmp_path):
     assert main(["archive", "append", str(tmp_path / "arch"), str(a), "--time", "k", "--block-rows", "100"]) == 0
     got = probe(tmp_path, tmp_path / "arch", b, "-o", tmp_path / "o.parquet", "--sample-a", "0.5", "--stats",
                 tmp_path / "s.json")
-    assert got == {"rc": 0, "archive": True, "archive_read": True}
+    assert got == {"rc": 0, "manifest": True, "read": True}
     stats = json.load(open(tmp_path / "s.json"))
     assert stats["a_sample_fraction"] == 0.5 and 0 < stats["matched"] < 2000

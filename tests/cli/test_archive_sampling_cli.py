@@ -92,7 +92,7 @@ def test_auto_with_a_tiny_budget_reads_one_block_per_run(ab, arch, tmp_path, cap
                          tmp_path / "s.parquet", "--sample-a", "auto", "--budget", "0.001", "--json")
     assert rc == 0, se
     s = json.loads(so)
-    from smerge.datasets.archive import read_manifest
+    from smerge.datasets.archive.manifest import read_manifest
 
     runs = read_manifest(str(arch)).runs
     assert s["a_sample_run_fractions"] == [1 / len(r["blocks"]) for r in runs]  # the least a read can do

@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from smerge.datasets import open_input
-from smerge.datasets.archive import (MANIFEST, AppendParams, append, blocks_for_fraction, parse_aggregate,
-                                     read_aggregate, read_block, read_manifest)
-from smerge.datasets.archive_read import SAMPLE_ENV, run_sample
+from smerge.datasets.archive.aggregate import parse_aggregate, read_aggregate
+from smerge.datasets.archive.append import AppendParams, append
+from smerge.datasets.archive.manifest import blocks_for_fraction, read_block, read_manifest
+from smerge.datasets.archive.probe import MANIFEST
+from smerge.datasets.archive.read import SAMPLE_ENV, run_sample
 from smerge.errors import InputError, UsageError
 
 # chi-square 99% quantiles (df -> value), so no scipy is needed
@@ -185,7 +187,7 @@ def _edit_manifest(arch, fn, fix_checksum=False):
     meta = json.loads(p.read_text())
     fn(meta)
     if fix_checksum:
-        from smerge.datasets.archive import _digest
+        from smerge.datasets.archive.manifest import _digest
 
         meta["manifest_sha256"] = _digest(meta)
     p.write_text(json.dumps(meta))
@@ -227,7 +229,8 @@ def test_damaged_block(two_runs):
 
 KILL_SCRIPT = r"""
 import os, sys, time
-import smerge.datasets.archive as A
+import smerge.datasets.archive.append as A
+import smerge.datasets.archive.blocks as B
 from smerge.datasets import open_input
 ready, where, layout = sys.argv[3], sys.argv[4], sys.argv[5]
 calls = {"n": 0}
@@ -235,14 +238,14 @@ def hang():
     open(ready, "w").close()
     time.sleep(60)
 if where == "block":  # in the middle of the run's file
-    orig = A._write_blob
+    orig = B._write_blob
     def patched(f, data):
         calls["n"] += 1
         if calls["n"] == 3:
             f.flush()
             hang()
         orig(f, data)
-    A._write_blob = patched
+    B._write_blob = patched
 else:  # after the run's file (and aggregates) are fsynced, before the manifest is replaced
     orig = A._write_manifest
     def patched(d, meta):

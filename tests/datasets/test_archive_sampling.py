@@ -12,8 +12,9 @@ import pytest
 
 from smerge.cli.sampling import estimate, estimate_runs, estimate_spread
 from smerge.datasets import open_input
-from smerge.datasets.archive import AppendParams, append, read_manifest
-from smerge.datasets.archive_read import Budget, auto_batches, run_sample, sample_batches
+from smerge.datasets.archive.append import AppendParams, append
+from smerge.datasets.archive.manifest import read_manifest
+from smerge.datasets.archive.read import Budget, auto_batches, run_sample, sample_batches
 
 # chi-square 99% quantiles (df -> value), so no scipy is needed
 CHI2_99 = {4: 13.277, 19: 36.191}
@@ -125,7 +126,7 @@ def test_auto_run_samples_are_uniform_block_subsets(tmp_path, cached_blocks):
 
 
 def run_sample_block(man, run_index, block_index):
-    from smerge.datasets.archive import read_block
+    from smerge.datasets.archive.manifest import read_block
 
     return read_block(man, man.runs[run_index]["blocks"][block_index], ["id"]).column("id").to_pylist()
 
@@ -148,7 +149,7 @@ def test_auto_is_reproducible_for_a_seed_and_clock(tmp_path):
 def cached_blocks(monkeypatch):
     """Each block parsed once (the calibration reads an archive hundreds of times; what is tested
     is which blocks and records the reader chooses, not the I/O)."""
-    import smerge.datasets.archive_read as ar
+    import smerge.datasets.archive.read as ar
 
     cache, real = {}, ar.read_block
 
@@ -250,7 +251,7 @@ def test_each_record_is_in_the_sample_with_probability_f(tmp_path, cached_blocks
     records are read together at f = k/R: keep is 1), tested by chi-square at 1% over the
     archive's blocks. A reader that always reads the same blocks fails the same test (checked
     below), so the test can fail."""
-    from smerge.datasets.archive import read_block
+    from smerge.datasets.archive.manifest import read_block
 
     arch, _ = make_archive(tmp_path, n=8_000, run_blocks=8, block_rows=250)
     man = read_manifest(arch)

@@ -144,7 +144,7 @@ def test_str_and_equality():
 
 @pytest.mark.parametrize("text", ["90s", "30min", "6h", "2d", "1w", "1500ms"])
 def test_consumers_agree_on_a_duration(text):
-    from smerge.datasets.archive_aggregate import _ticks_per_window, parse_aggregate
+    from smerge.datasets.archive.aggregate import _ticks_per_window, parse_aggregate
     from smerge.counting.itemcount import duration_ticks
     from smerge.merge.keys import key_eps
     from smerge.merge.wjoin import resolve_bound

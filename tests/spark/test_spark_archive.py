@@ -73,7 +73,7 @@ def test_cgm_on_an_archive_sample_equals_local(spark, tmp_path, data, f, parts):
         assert spk["a_records_estimate"] == spk["a_records"] / f
     # I/O: the merge tasks read the chosen blocks of every run once, plus the runs overlapping the
     # chunk that holds a partition boundary (read by both sides; at most two: runs > chunks here)
-    from smerge.datasets.archive import read_manifest
+    from smerge.datasets.archive.manifest import read_manifest
 
     runs = read_manifest(arch).runs
     want = sum(len(r["blocks"]) if f >= 1 else max(1, math.ceil(len(r["blocks"]) * f - 1e-9)) for r in runs)

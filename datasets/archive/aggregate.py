@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.archive_manifest import (AGG_DIR, AGG_FUNCS, _AGG_NAME, Manifest, _make_dir, _read_range, damaged,
+from smerge.datasets.archive.manifest import (AGG_DIR, AGG_FUNCS, _AGG_NAME, Manifest, _make_dir, _read_range, damaged,
                                               read_manifest)
 from smerge.errors import UsageError
 from smerge.merge.keys import tick_ns

@@ -30,8 +30,10 @@ from typing import Iterator, Sequence, Union
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.archive import (EAGER, Manifest, blocks_for_fraction, eager_fractions, is_archive, read_block,
-                                     read_manifest, time_order)
+from smerge.datasets.archive.blocks import time_order
+from smerge.datasets.archive.manifest import (EAGER, Manifest, blocks_for_fraction, eager_fractions, read_block,
+                                              read_manifest)
+from smerge.datasets.archive.probe import is_archive
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import UsageError

@@ -1,61 +1,37 @@
-"""Archived streams (docs/semantics.md section 8): a folder holding one stream, appended run by run.
-
-::
-
-    ARCHIVE/manifest.json                 format, version, layout, schema, time column, runs, checksums
-    ARCHIVE/.lock                         held (flock) by an append while it runs
-    ARCHIVE/runs/<run id>.blocks          one run: its blocks back to back, each a standalone Parquet file
-    ARCHIVE/aggregates/<name>/<run id>.parquet   optional tumbling-window aggregates of that run
-
-Layout ``randomize-then-sort`` (OSCAR section 4.1.3): appended records are cut into runs of R
-blocks; each record goes to one of the run's R blocks chosen uniformly at random (seeded); the
-run is closed when one of its blocks holds B records (or the source ends), as in the paper, so
-blocks are not all full. Each block is sorted by time (stable) and stored as its own Parquet
-bytes at a recorded offset of the run's file, so it can be read alone with I/O of its own size.
-
-Layout ``eager`` (OnWriteReplicate, 4.1.1): runs of R x B records in time order (the primary
-copy, cut into blocks of B) plus, per reduction level L of ``copies``, a copy keeping each
-record independently with probability 1 - L (time order, blocks of B). A read at fraction f
-reads the smallest copy keeping at least f (``blocks_for_fraction``).
-
-The manifest lists every block with its run, offset, record count, time range, bytes and
-SHA-256, and carries its own SHA-256.
+"""Appending a stream to an archive (``smerge archive append``): the parameters (``AppendParams``),
+the lock and the sweep of what killed appends left, and ``append``, which cuts the stream into
+runs, writes each (its blocks laid out by ``blocks``, its aggregates by ``aggregate``) and commits
+it.
 
 Appending is atomic per run: the run's file (and its aggregate files) are written under names
 the manifest does not list yet and fsynced once each, their folders fsynced, then the manifest is
 replaced atomically (temporary file, fsync, rename, fsync of the folder). A killed append leaves
 the archive as it was before the run it was writing; the next append removes what the killed
 one left (under the lock).
-
-This module is the writer (``append``); the manifest, its checks, reading a block, the choice of
-blocks for a fraction and ``info`` are in ``archive_manifest``, the aggregates in
-``archive_aggregate``, sampled reads in ``archive_read``. Every name of those two modules that
-was public here is still importable from here.
 """
 
 from __future__ import annotations
 
 import base64
 import fcntl
-import hashlib
 import os
 import secrets
 import shutil
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.archive_aggregate import (AggregateSpec, _write_aggregates, aggregate_table,  # noqa: F401
-                                               check_aggregate, parse_aggregate, read_aggregate, window_starts)
-from smerge.datasets.archive_manifest import (  # noqa: F401 - public here too
-    AGG_DIR, AGG_FUNCS, ARCHIVE_FORMAT, ARCHIVE_VERSION, DEFAULT_BLOCK_ROWS, DEFAULT_RUN_BLOCKS, EAGER, LAYOUT, LAYOUTS,
-    LOCK, MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _digest, _fsync_path,
-    _json_time, _make_dir, _short, _write_manifest, all_blocks, blocks_for_fraction, damaged,
-    eager_fractions, info, is_archive, max_time, min_time, read_block, read_manifest, schema_list)
+from smerge.datasets.archive.aggregate import AggregateSpec, _write_aggregates, check_aggregate
+from smerge.datasets.archive.blocks import _eager_run, _rts_run, _RunFile, _split_run, parquet_options
+from smerge.datasets.archive.manifest import (
+    AGG_DIR, ARCHIVE_FORMAT, ARCHIVE_VERSION, DEFAULT_BLOCK_ROWS, DEFAULT_RUN_BLOCKS, EAGER, LAYOUT, LAYOUTS, LOCK,
+    MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _fsync_path, _make_dir, _short,
+    _write_manifest, all_blocks, max_time, min_time, read_manifest, schema_list)
+from smerge.datasets.archive.probe import is_archive
 from smerge.datasets.outputs import remove_stale, space_cause
 from smerge.errors import InputError, OutputError, UsageError
 
@@ -177,127 +153,6 @@ def _new_archive_ok(directory: str) -> bool:
     if not os.path.isdir(directory):
         return False
     return all(name in (LOCK, RUNS_DIR, AGG_DIR) or ".smerge-" in name for name in os.listdir(directory))
-
-
-def time_order(column: pa.ChunkedArray) -> pa.Array:
-    """Indices that sort a time column (no nulls) stably. numpy's stable sort is a timsort that
-    merges presorted stretches, so on concatenated sorted blocks it is a k-way merge."""
-    return pa.array(np.argsort(column.to_numpy(), kind="stable"))
-
-
-def _time_sorted_order(t: np.ndarray) -> np.ndarray | None:
-    """None when ``t`` is already in (non-decreasing) time order, else the stable order that sorts it."""
-    if t.size < 2 or bool(np.all(t[1:] >= t[:-1])):
-        return None
-    return np.argsort(t, kind="stable")
-
-
-def _block_ids(rng: np.random.Generator, run_blocks: int, m: int) -> np.ndarray:
-    """The block of each of ``m`` records, uniform; 16-bit when it fits (numpy's stable argsort is a radix sort then)."""
-    return rng.integers(0, run_blocks, size=m, dtype=np.uint16 if run_blocks <= 1 << 16 else np.int64)
-
-
-def _split_run(n: int, run_blocks: int, block_rows: int, rng: np.random.Generator) -> tuple[int, np.ndarray]:
-    """Assign the next records uniformly at random to ``run_blocks`` blocks until one holds
-    ``block_rows``: returns (records in this run, block of each of them)."""
-    m = min(n, run_blocks * (block_rows - 1) + 1)  # a block is full by then (pigeonhole)
-    ids = _block_ids(rng, run_blocks, m)
-    if m < run_blocks * (block_rows - 1) + 1 and np.bincount(ids, minlength=run_blocks).max() < block_rows:
-        return m, ids  # the source ended before any block filled
-    order = np.argsort(ids, kind="stable")
-    counts = np.bincount(ids, minlength=run_blocks)
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    full = counts >= block_rows
-    end = int(order[starts[full] + block_rows - 1].min()) + 1  # the record that fills the first full block
-    return end, ids[:end]
-
-
-def parquet_options(schema: pa.Schema, time: str) -> dict:
-    """Writer options of blocks: dictionaries only where they pay (not for floating-point columns, nor
-    the time column), the time column delta-encoded when it is an integer, timestamp or date (sorted
-    within a block: small deltas), no compression of floating-point columns (random mantissas do
-    not compress), snappy elsewhere. About 3x faster to write than Parquet's defaults, and smaller."""
-    floats = {f.name for f in schema if pa.types.is_floating(f.type)}
-    dicts = [f.name for f in schema if f.name != time and f.name not in floats]
-    tt = schema.field(time).type
-    opts: dict = {"use_dictionary": dicts or False,
-                  "compression": {f.name: ("none" if f.name in floats else "snappy") for f in schema}}
-    if pa.types.is_integer(tt) or pa.types.is_timestamp(tt) or pa.types.is_date(tt):
-        opts["column_encoding"] = {time: "DELTA_BINARY_PACKED"}
-    return opts
-
-
-def _encode(table: pa.Table, opts: dict) -> pa.Buffer:
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, row_group_size=max(1, table.num_rows), **opts)
-    return sink.getvalue()
-
-
-def _write_blob(f: BinaryIO, data: pa.Buffer) -> None:
-    f.write(data)
-
-
-class _RunFile:
-    """The run's file, written block by block (each a standalone Parquet file's bytes) at recorded offsets."""
-
-    def __init__(self, directory: str, run_id: str, time: str, opts: dict):
-        self.name = f"{RUNS_DIR}/{run_id}{RUN_SUFFIX}"
-        self.path = os.path.join(directory, self.name)
-        self.f: BinaryIO = open(self.path, "xb")
-        self.offset = 0
-        self.time = time
-        self.opts = opts
-
-    def block(self, table: pa.Table) -> dict:
-        data = _encode(table, self.opts)
-        _write_blob(self.f, data)
-        tcol = table.column(self.time)
-        entry = {"file": self.name, "offset": self.offset, "count": table.num_rows,
-                 "t_min": _json_time(tcol, 0), "t_max": _json_time(tcol, len(tcol) - 1),
-                 "bytes": data.size, "sha256": hashlib.sha256(data).hexdigest()}
-        self.offset += data.size
-        return entry
-
-    def blocks(self, table: pa.Table, sizes: Iterable[int]) -> list[dict]:
-        out, pos = [], 0
-        for c in sizes:
-            if c:
-                out.append(self.block(table.slice(pos, c)))
-            pos += c
-        return out
-
-
-def _rts_run(rf: _RunFile, table: pa.Table, ids: np.ndarray, run_blocks: int, time: str) -> dict:
-    """randomize-then-sort: one take puts the run in block order, each block in time order (stable)."""
-    pre = _time_sorted_order(table.column(time).to_numpy())
-    if pre is None:
-        order = np.argsort(ids, kind="stable")
-    else:
-        order = pre[np.argsort(ids[pre], kind="stable")]
-    ordered = table.take(pa.array(order))
-    return {"blocks": rf.blocks(ordered, np.bincount(ids, minlength=run_blocks).tolist())}
-
-
-def _chunks(n: int, size: int) -> list[int]:
-    return [min(size, n - i) for i in range(0, n, size)]
-
-
-def _eager_run(rf: _RunFile, table: pa.Table, rng: np.random.Generator, levels: tuple[float, ...],
-               block_rows: int, time: str) -> dict:
-    """eager: the run in time order (the primary copy) and one copy per level, each record kept in it
-    independently with probability 1 - level; each cut into blocks of at most B records."""
-    pre = _time_sorted_order(table.column(time).to_numpy())
-    ordered = table if pre is None else table.take(pa.array(pre))
-    primary = rf.blocks(ordered, _chunks(ordered.num_rows, block_rows))
-    copies = []
-    for lv in levels:  # smallest copy first
-        keep = rng.random(ordered.num_rows) < 1.0 - lv
-        part = ordered.take(pa.array(np.flatnonzero(keep)))  # Table.take: ~5x faster than filter
-        copies.append({"level": lv, "fraction": 1.0 - lv, "count": part.num_rows,
-                       "blocks": rf.blocks(part, _chunks(part.num_rows, block_rows))})
-    return {"blocks": primary, "copies": copies}
 
 
 def _commit(directory: str, meta: dict, run: dict) -> None:

@@ -1,7 +1,7 @@
 """An archive's manifest (docs/archive.md, "Manifest"): its fields and checks, the SHA-256 of the
 manifest and of every block, reading one block alone, the choice of blocks for a fraction, the
 atomic replacement of the manifest, and ``info`` (``smerge archive info``). The writer is in
-``archive``, the aggregates in ``archive_aggregate``, sampled reads in ``archive_read``.
+``append``, the aggregates in ``aggregate``, sampled reads in ``read``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.archive_probe import MANIFEST, is_archive  # noqa: F401 - public here too
+from smerge.datasets.archive.probe import MANIFEST
 from smerge.datasets.outputs import temp_name
 from smerge.errors import InputError
 
