@@ -81,7 +81,8 @@ def tables(records: int, repeats: int, tmp: Path) -> list[dict]:
 def latency(records: int, clients: int, per_client: int) -> dict:
     """p50/p99 of range queries (A-window boxes, limit N=5000) with ``clients`` concurrent clients."""
     from smerge.datasets import open_input
-    from smerge.index import BIndex, Box
+    from smerge.index import BIndex
+    from smerge.merge.range_source import Box
     from smerge.merge.keys import key_matrix
     from smerge.transport.flight_client import IndexClient
     from smerge.transport.flight_server import IndexServer, new_token

@@ -1,11 +1,11 @@
 """RTM: the R-tree merge (docs/semantics.md section 5) as a partition-level iterator.
 
 ``rtm_merge(a_batches, source, params)`` reads A in windows of N records (arrival order) and,
-for each window, asks ``source`` — anything with ``range_query``/``symdiff_query`` returning
-``(table, next_token)``, e.g. ``smerge.transport.flight_client.IndexClient`` or
-``smerge.index.LocalSource`` — for the B records in the window's eps-box, N at a time. It
-yields batches of pairs (layout: ``merge.output``). B is an indexed relation, not consumed: a
-B record may pair with A records of several windows; each A record pairs at most once.
+for each window, asks ``source`` (a ``smerge.merge.range_source.RangeSource``, e.g.
+``smerge.transport.flight_client.IndexClient`` or ``smerge.index.LocalSource``) for the B
+records in the window's eps-box, N at a time. It yields batches of pairs (layout:
+``merge.output``). B is an indexed relation, not consumed: a B record may pair with A records
+of several windows; each A record pairs at most once.
 
 Page mode (the default) sweeps each window B against window A until a sweep pairs nothing
 (kappa_max's rule: one sweep pairs only one record of a run of MATCHing keys) and refills
@@ -21,34 +21,22 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable, Iterable, Iterator, Protocol
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
 from smerge.errors import KeyNaNError
-from smerge.index.rtree_index import ROW_ID_COLUMN, Box
 from smerge.merge import _kernel
 from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
 from smerge.merge.output import empty_batch, pair_batch, pair_schema
+from smerge.merge.range_source import ROW_ID_COLUMN, Box, RangeSource
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats, ReportWindows
 
 UnmatchedSink = Callable[[str, pa.RecordBatch], None]
 FIRST_FETCH_WINDOWS = 4  # page mode: an A window's first request asks for up to this many windows B
 LOOKAHEAD_WINDOWS = 1  # A windows read (and their first range requests announced) ahead of the sweep
-
-
-class RangeSource(Protocol):
-    """What RTM needs of the index server (docs/semantics.md section 5)."""
-
-    def range_query(self, box: Box, *, limit: int, token: str | None = None) -> tuple[pa.Table, str | None]: ...
-
-    def symdiff_query(self, box1: Box, box2: Box, *, limit: int,
-                      token: str | None = None) -> tuple[pa.Table, str | None]: ...
-
-    # Optional: ``prefetch(box, limit=...)`` announces the next A window's first range request
-    # (same box and limit, no token) so that a source may start it while this window is swept.
 
 
 class _Fetcher:

@@ -25,7 +25,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never re
 import pyarrow.flight as flight  # noqa: E402
 
 from smerge.errors import InputError, UsageError
-from smerge.index import Box
+from smerge.merge.range_source import Box
 from smerge.transport.flight_protocol import INVALID_ARGUMENT, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY, Query
 
 DEFAULT_TIMEOUT = 120.0
@@ -381,6 +381,6 @@ def _server_message(e: BaseException) -> str:
 
 
 def rows_of(table: pa.Table) -> np.ndarray:
-    from smerge.index import ROW_ID_COLUMN
+    from smerge.merge.range_source import ROW_ID_COLUMN
 
     return table.column(ROW_ID_COLUMN).to_numpy().astype(np.int64, copy=False)

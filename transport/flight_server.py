@@ -48,7 +48,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from smerge.errors import OutputError, SmergeError, UsageError
-from smerge.index import BIndex, Box
+from smerge.index import BIndex
+from smerge.merge.range_source import Box
 from smerge.transport.flight_gate import Gate
 from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY,
                                               BadRequest, parse_query)

@@ -268,7 +268,7 @@ def test_killed_between_the_two_renames_the_next_run_restores_the_old_folder(tmp
             w.write(table(1).to_batches()[0])
     else:
         from smerge.datasets import open_input
-        from smerge.index.rtree_index import build_index
+        from smerge.index import build_index
 
         pq.write_table(pa.table({"k": [1.0, 2.0], "j": [1.0, 2.0]}), str(tmp_path / "b.parquet"))
         with pytest.raises(OutputError, match="already exists"):

@@ -17,7 +17,8 @@ import pytest
 
 from smerge.datasets import open_input
 from smerge.errors import InputError
-from smerge.index import BIndex, Box, build_index
+from smerge.index import BIndex, build_index
+from smerge.merge.range_source import Box
 
 pytestmark = pytest.mark.slow
 SMERGE = [sys.executable, "-m", "smerge"]
@@ -49,9 +50,9 @@ def _edit_meta(p, fn):
 
 
 def _resign(meta):
-    from smerge.index.rtree_index import _meta_digest
+    from smerge.index.format import meta_digest
 
-    meta["meta_sha256"] = _meta_digest(meta)
+    meta["meta_sha256"] = meta_digest(meta)
     return meta
 
 

@@ -10,7 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from smerge.errors import InputError, KeyNaNError, OutputError, UsageError
-from smerge.index import BIndex, Box, build_index
+from smerge.index import BIndex, build_index
+from smerge.merge.range_source import Box
 from smerge.datasets import open_input
 
 
@@ -186,7 +187,7 @@ def test_tree_modes_and_tokens_shared_by_both_access_paths():
 @given(st.integers(1, 3), st.integers(0, 300), st.integers(0, 300), st.integers(0, 2**31))
 def test_sort_order_adaptive_and_lexsort_agree(d, n, swaps, seed):
     """B's rank order is the stable lexicographic order whichever sort path is taken."""
-    from smerge.index.rtree_index import _sort_order
+    from smerge.index.tree import sort_order
 
     rng = np.random.default_rng(seed)
     k = np.sort(rng.integers(0, 6, (n, d)).astype(float), axis=0)
@@ -195,4 +196,4 @@ def test_sort_order_adaptive_and_lexsort_agree(d, n, swaps, seed):
         i, j = rng.integers(0, n, 2)
         k[[i, j]] = k[[j, i]]
     expect = np.lexsort(tuple(k[:, j] for j in range(d - 1, -1, -1)))
-    assert _sort_order(k).tolist() == expect.tolist()
+    assert sort_order(k).tolist() == expect.tolist()

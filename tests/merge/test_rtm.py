@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from rtm_reference import rtm_reference, tol_cmp
 from smerge.errors import KeyNaNError, UsageError
-from smerge.index import BIndex, Box, LocalSource
+from smerge.index import BIndex, LocalSource
+from smerge.merge.range_source import Box
 from smerge.merge.params import MergeKeys
 from smerge.merge.rtm import rtm_merge, rtm_merge_table
 from smerge.merge.rtm_params import RTMParams

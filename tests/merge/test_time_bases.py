@@ -84,7 +84,7 @@ def test_rtm_gives_the_same_pairs(files, capsys, tmp_path, a_rep, b_rep):
 def test_rtm_against_a_server_indexing_another_representation(files, capsys, tmp_path):
     """The index server's keys (pandas ns, Europe/Paris) on the same base as A's CF times."""
     from smerge.datasets import open_input
-    from smerge.index.rtree_index import BIndex
+    from smerge.index import BIndex
     from smerge.transport.flight_server import IndexServer
 
     src = open_input(files["pandas-paris", "obs"], keys=["time", "lat", "lon"])

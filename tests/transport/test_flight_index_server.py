@@ -18,7 +18,8 @@ import pytest
 
 from smerge.datasets import open_input
 from smerge.errors import InputError, UsageError
-from smerge.index import BIndex, Box, build_index
+from smerge.index import BIndex, build_index
+from smerge.merge.range_source import Box
 from smerge.transport.flight_client import IndexClient
 from smerge.transport.flight_server import IndexServer
 

@@ -23,7 +23,8 @@ import pytest
 
 from smerge.datasets import open_input
 from smerge.errors import InputError, UsageError
-from smerge.index import BIndex, Box, build_index
+from smerge.index import BIndex, build_index
+from smerge.merge.range_source import Box
 from smerge.transport import flight_server
 from smerge.transport.flight_client import IndexClient, split_url
 from smerge.transport.flight_server import IndexServer

@@ -29,99 +29,27 @@ adds a constant second coordinate.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError
+from smerge.index.format import (INDEX_FILES, INDEX_FORMAT_VERSION, MAX_DIMS, check_file, check_order, damaged,
+                                 file_digest, meta_digest, read_meta, schema_list, short_error)
+from smerge.index.paging import Page, fingerprint, parse_token
+from smerge.index.tree import build_tree, open_tree, sort_order
+from smerge.merge.range_source import ROW_ID_COLUMN, Box
 
-ROW_ID_COLUMN = "__smerge_row"
-INDEX_FORMAT_VERSION = 3  # 2: meta.json records a SHA-256 and size of every file, the schema and its own SHA-256;
-# 3: time keys on one base (microseconds since 1970 UTC) in the R-tree and sort order, whatever their unit
-INDEX_FILES = ("data.parquet", "order.npy", "rtree.dat", "rtree.idx")
-HASH_CHUNK = 8 << 20
-MAX_DIMS = 8
 RESULT_CACHE_ROWS = 8_000_000  # total cached sorted ranks (int64) across queries: 64 MB
 RESULT_CACHE_ENTRIES = 64
 SCAN_MAX_ROWS = 1 << 20  # leading-key runs up to this many records are scanned, larger ones use the R-tree
 SCAN_CHUNK_ROWS = 4096  # first chunk of a scan (doubles while the page is not full)
 TREE_MODES = ("lazy", "background", "eager")
-ADAPTIVE_SORT_MAX_INVERSIONS = 0.1  # fraction of adjacent inversions below which B is merge-sorted adaptively
-
-
-@dataclass(frozen=True)
-class Box:
-    """A closed axis-aligned box over the d keys: ``lo[j] <= k_j <= hi[j]``."""
-
-    lo: tuple[float, ...]
-    hi: tuple[float, ...]
-
-    @property
-    def empty(self) -> bool:
-        return any(l > h for l, h in zip(self.lo, self.hi))
-
-    def as_json(self) -> dict:
-        return {"lo": list(self.lo), "hi": list(self.hi)}
-
-    @classmethod
-    def from_arrays(cls, lo: Sequence[float], hi: Sequence[float]) -> "Box":
-        return cls(tuple(float(x) for x in lo), tuple(float(x) for x in hi))
-
-
-@dataclass(frozen=True)
-class Page:
-    """One page of a query: B row ids in (key, row id) order and the token of the next page."""
-
-    rows: np.ndarray
-    next_token: str | None
-
-
-def _fingerprint(op: str, boxes: Sequence[Box]) -> str:
-    body = json.dumps([op] + [b.as_json() for b in boxes], separators=(",", ":"))
-    return hashlib.blake2b(body.encode(), digest_size=6).hexdigest()
-
-
-def parse_token(token: str | None, fp: str) -> int:
-    """The sort rank after which the next page starts (-1: from the beginning)."""
-    if token is None or token == "":
-        return -1
-    rank, sep, tfp = str(token).partition(".")
-    if not sep or tfp != fp or not (rank.isascii() and rank.isdigit()) or len(rank) > 19:
-        shown = token if len(token) <= 40 else token[:37] + "..."
-        raise UsageError(f"continuation token {shown!r} does not belong to this query; "
-                         "start the query again without a token")
-    return int(rank)
-
-
-def _sort_order(keys: np.ndarray) -> np.ndarray:
-    """Positions of records in exact key order, ties by position (a stable lexicographic sort).
-
-    A partially sorted B (few adjacent inversions) is sorted by the adaptive merge kernel
-    (about O(n) when nearly sorted), anything else by ``np.lexsort``; both give the same order.
-    """
-    n = keys.shape[0]
-    if n == 0:
-        return np.empty(0, np.int64)
-    gt, eq = np.zeros(n - 1, np.bool_), np.ones(n - 1, np.bool_)
-    for j in range(keys.shape[1]):  # adjacent pairs out of lexicographic order
-        x, y = keys[:-1, j], keys[1:, j]
-        gt |= eq & (x > y)
-        eq &= x == y
-    inversions = int(np.count_nonzero(gt))
-    if inversions == 0:
-        return np.arange(n, dtype=np.int64)
-    if inversions <= n * ADAPTIVE_SORT_MAX_INVERSIONS:
-        from smerge.merge._kernel import argsort_keys
-
-        return argsort_keys(np.ascontiguousarray(keys), np.arange(n, dtype=np.int64)).astype(np.int64)
-    return np.lexsort(tuple(keys[:, j] for j in range(keys.shape[1] - 1, -1, -1))).astype(np.int64)
 
 
 class BIndex:
@@ -180,13 +108,13 @@ class BIndex:
         if tree not in TREE_MODES:
             raise UsageError(f"tree is {tree!r}; use one of {', '.join(TREE_MODES)}")
         valid_rows = np.nonzero(~bad)[0].astype(np.int64) if n_bad else np.arange(km.shape[0], dtype=np.int64)
-        order = valid_rows[_sort_order(km[valid_rows])] if n_bad else _sort_order(km)
+        order = valid_rows[sort_order(km[valid_rows])] if n_bad else sort_order(km)
         if directory is not None or tree == "eager":
-            idx = cls(table, keys, km, order, _build_tree(km, valid_rows, directory), name=name, nan_keys=n_bad,
+            idx = cls(table, keys, km, order, build_tree(km, valid_rows, directory), name=name, nan_keys=n_bad,
                       source=source)
         else:
             idx = cls(table, keys, km, order, None, name=name, nan_keys=n_bad, source=source,
-                      tree_builder=lambda: _build_tree(km, valid_rows, None))
+                      tree_builder=lambda: build_tree(km, valid_rows, None))
             if tree == "background":
                 idx._tree_thread = threading.Thread(target=idx.rtree, name="smerge-rtree-build", daemon=True)
                 idx._tree_thread.start()
@@ -220,9 +148,9 @@ class BIndex:
         np.save(os.path.join(directory, "order.npy"), self.order)
         meta = {"format": "smerge-index", "version": INDEX_FORMAT_VERSION, "name": self.name,
                 "keys": list(self.keys), "count": self.table.num_rows, "indexed": int(self.order.size),
-                "nan_keys": self.nan_keys, "source": self.source, "schema": _schema_list(self.table.schema),
-                "files": {f: _file_digest(os.path.join(directory, f)) for f in INDEX_FILES}}
-        meta["meta_sha256"] = _meta_digest(meta)
+                "nan_keys": self.nan_keys, "source": self.source, "schema": schema_list(self.table.schema),
+                "files": {f: file_digest(os.path.join(directory, f)) for f in INDEX_FILES}}
+        meta["meta_sha256"] = meta_digest(meta)
         with open(os.path.join(directory, "meta.json"), "w") as f:
             json.dump(meta, f, indent=2)
 
@@ -240,26 +168,26 @@ class BIndex:
 
         from smerge.merge.keys import key_matrix
 
-        meta = _read_meta(directory)
+        meta = read_meta(directory)
         if verify:
             for fname in ("data.parquet", "order.npy"):
-                _check_file(directory, fname, meta["files"][fname])
+                check_file(directory, fname, meta["files"][fname])
         try:
             table = pq.read_table(os.path.join(directory, "data.parquet"), memory_map=True).combine_chunks()
             order = np.load(os.path.join(directory, "order.npy"), allow_pickle=False)
         except (OSError, ValueError, EOFError, pa.ArrowException) as e:
-            raise _damaged(directory, f"cannot read its files ({_short(e)})") from None
+            raise damaged(directory, f"cannot read its files ({short_error(e)})") from None
         if table.num_rows != meta["count"]:
-            raise _damaged(directory, f"data.parquet has {table.num_rows} records, meta.json says {meta['count']}")
-        if _schema_list(table.schema) != meta["schema"]:
-            raise _damaged(directory, "data.parquet's schema differs from the one recorded in meta.json")
+            raise damaged(directory, f"data.parquet has {table.num_rows} records, meta.json says {meta['count']}")
+        if schema_list(table.schema) != meta["schema"]:
+            raise damaged(directory, "data.parquet's schema differs from the one recorded in meta.json")
         keys = tuple(meta["keys"])
         try:
             km = np.ascontiguousarray(key_matrix(table, keys))
         except (SmergeError, KeyError, TypeError, ValueError, pa.ArrowException) as e:
-            raise _damaged(directory, f"its keys cannot be read ({_short(e)})") from None
-        order = _check_order(directory, order, km, meta)
-        tree = _open_tree(directory, len(keys), meta["files"] if verify else None)
+            raise damaged(directory, f"its keys cannot be read ({short_error(e)})") from None
+        order = check_order(directory, order, km, meta)
+        tree = open_tree(directory, len(keys), meta["files"] if verify else None)
         return cls(table, keys, km, order, tree, name=meta["name"], nan_keys=int(meta["nan_keys"]),
                    source=meta.get("source"))
 
@@ -362,7 +290,7 @@ class BIndex:
             self.check_box(b)
         if limit < 1:
             raise UsageError(f"limit is {limit}; ask for at least 1 record per page")
-        fp = _fingerprint(op, boxes)
+        fp = fingerprint(op, boxes)
         after = parse_token(token, fp)
         if after >= self.order.size:
             raise UsageError(f"continuation token {token!r} is past the end of this index; "
@@ -462,178 +390,6 @@ class BIndex:
         if self.tree is not None:
             self.tree.close()
             self.tree = None
-
-
-def _props(d: int):
-    from rtree import index
-
-    p = index.Property()
-    p.dimension = max(2, d)
-    return p
-
-
-def _build_tree(km: np.ndarray, rows: np.ndarray, directory: str | None):
-    """Bulk-load (STR, libspatialindex >= 2.1) the R-tree over the points ``km[rows]``."""
-    from rtree import index
-
-    pts = km[rows]
-    if km.shape[1] == 1:
-        pts = np.column_stack([pts, np.zeros(rows.size)])
-    pts = np.ascontiguousarray(pts, np.float64)
-    p = _props(km.shape[1])
-    base = os.path.join(directory, "rtree") if directory else None
-    if base:
-        p.overwrite = True
-    if rows.size == 0:
-        return index.Index(base, properties=p) if base else index.Index(properties=p)
-    arrays = (rows, pts, pts)
-    return index.Index(base, arrays, properties=p) if base else index.Index(arrays, properties=p)
-
-
-def _open_tree(directory: str, d: int, files: dict | None = None):
-    """Open a private copy of the persisted R-tree (checked against ``files``' SHA-256 while
-    copying): libspatialindex rewrites its header page when it closes a tree, so the index
-    directory itself is never opened for writing (it may be read-only, and stays verifiable)."""
-    import shutil
-    import tempfile
-
-    from rtree import index
-
-    base = os.path.join(directory, "rtree")
-    for ext in (".idx", ".dat"):
-        if not os.path.isfile(base + ext) or os.path.getsize(base + ext) == 0:
-            raise _damaged(directory, f"rtree{ext} is missing or empty")
-    tmp = tempfile.mkdtemp(prefix="smerge-rtree-")
-    try:
-        for ext in (".idx", ".dat"):
-            got = _file_digest(base + ext, copy_to=os.path.join(tmp, "rtree" + ext))
-            want = files.get("rtree" + ext) if files is not None else None
-            if want is not None and (got["size"] != want["size"] or got["sha256"] != want["sha256"]):
-                raise _damaged(directory, f"rtree{ext} does not match its SHA-256")
-        try:
-            return index.Index(os.path.join(tmp, "rtree"), properties=_props(d))
-        except Exception as e:  # noqa: BLE001 - libspatialindex reports damage as RTreeError/OSError
-            raise _damaged(directory, f"the R-tree cannot be opened ({_short(e)})") from None
-    except OSError as e:
-        raise _damaged(directory, f"the R-tree cannot be read ({e.strerror or _short(e)})") from None
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # the open tree keeps its (unlinked) files
-
-
-# -- persisted index: metadata and verification ----------------------------------------------------
-
-
-def _short(e: BaseException) -> str:
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
-def _damaged(directory: str, what: str) -> InputError:
-    return InputError(f"{directory}: damaged index ({what}); rebuild it with `smerge index build`")
-
-
-def _schema_list(schema: pa.Schema) -> list[list[str]]:
-    return [[f.name, str(f.type)] for f in schema]
-
-
-def _file_digest(path: str, copy_to: str | None = None) -> dict:
-    """Size and SHA-256 of a file (one read), optionally copying it to ``copy_to`` on the way."""
-    h = hashlib.sha256()
-    size = 0
-    out = open(copy_to, "wb") if copy_to else None
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(HASH_CHUNK):
-                h.update(chunk)
-                size += len(chunk)
-                if out is not None:
-                    out.write(chunk)
-    finally:
-        if out is not None:
-            out.close()
-    return {"size": size, "sha256": h.hexdigest()}
-
-
-def _meta_digest(meta: dict) -> str:
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def _read_meta(directory: str) -> dict:
-    """meta.json, checked: its own checksum, then every field's type."""
-    meta_path = os.path.join(directory, "meta.json")
-    if not os.path.isfile(meta_path):
-        raise InputError(f"{directory}: not an smerge index (no meta.json); build one with `smerge index build`")
-    try:
-        with open(meta_path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise _damaged(directory, f"meta.json cannot be read ({_short(e)})") from None
-    if not isinstance(meta, dict):
-        raise _damaged(directory, "meta.json is not a JSON object")
-    if meta.get("format") != "smerge-index" or meta.get("version") != INDEX_FORMAT_VERSION:
-        fmt, ver = str(meta.get("format"))[:40], str(meta.get("version"))[:40]
-        raise InputError(f"{directory}: index format {fmt}/{ver} is not supported (this smerge reads "
-                         f"smerge-index/{INDEX_FORMAT_VERSION}, with checksums); rebuild it with `smerge index build`")
-    if meta.get("meta_sha256") != _meta_digest(meta):
-        raise _damaged(directory, "meta.json does not match its checksum")
-    files = meta.get("files")
-    ok = (isinstance(meta.get("name"), str)
-          and isinstance(meta.get("keys"), list) and 1 <= len(meta["keys"]) <= MAX_DIMS
-          and all(isinstance(k, str) for k in meta["keys"]) and len(set(meta["keys"])) == len(meta["keys"])
-          and all(isinstance(meta.get(f), int) and not isinstance(meta.get(f), bool) and meta[f] >= 0
-                  for f in ("count", "indexed", "nan_keys"))
-          and meta["indexed"] + meta["nan_keys"] == meta["count"]
-          and isinstance(meta.get("schema"), list)
-          and isinstance(files, dict)
-          and all(isinstance(files.get(f), dict) and isinstance(files[f].get("size"), int)
-                  and isinstance(files[f].get("sha256"), str) for f in INDEX_FILES))
-    if not ok:
-        raise _damaged(directory, "meta.json has missing or malformed fields")
-    return meta
-
-
-def _check_file(directory: str, fname: str, want: dict) -> None:
-    path = os.path.join(directory, fname)
-    try:
-        size = os.path.getsize(path)
-        if size != want["size"]:
-            raise _damaged(directory, f"{fname} has {size} bytes, {want['size']} were written")
-        got = _file_digest(path)
-    except OSError as e:
-        raise _damaged(directory, f"{fname} cannot be read ({e.strerror or _short(e)})") from None
-    if got["sha256"] != want["sha256"]:
-        raise _damaged(directory, f"{fname} does not match its SHA-256")
-
-
-def _check_order(directory: str, order: np.ndarray, km: np.ndarray, meta: dict) -> np.ndarray:
-    """The row order must be a permutation of the rows with valid keys, in exact (key, row id) order."""
-    n = km.shape[0]
-    if order.ndim != 1 or order.dtype.kind not in "iu":
-        raise _damaged(directory, f"order.npy is a {order.ndim}-D {order.dtype} array, not 1-D integers")
-    if order.size != meta["indexed"]:
-        raise _damaged(directory, f"order.npy has {order.size} entries, {meta['indexed']} records are indexed")
-    order = order.astype(np.int64, copy=False)
-    if order.size and (int(order.min()) < 0 or int(order.max()) >= n):
-        raise _damaged(directory, "order.npy names rows that do not exist")
-    seen = np.zeros(n, np.bool_)
-    seen[order] = True
-    if int(np.count_nonzero(seen)) != order.size:
-        raise _damaged(directory, "order.npy repeats rows (not a permutation)")
-    nan_rows = np.isnan(km).any(axis=1)
-    if np.any(nan_rows[order]) or int(np.count_nonzero(nan_rows)) != meta["nan_keys"]:
-        raise _damaged(directory, "order.npy and the NaN keys of data.parquet disagree")
-    if order.size > 1:
-        ks = km[order]
-        gt, eq = np.zeros(order.size - 1, np.bool_), np.ones(order.size - 1, np.bool_)
-        for j in range(ks.shape[1]):
-            x, y = ks[:-1, j], ks[1:, j]
-            gt |= eq & (x > y)
-            eq &= x == y
-        gt |= eq & (order[:-1] > order[1:])
-        if gt.any():
-            raise _damaged(directory, "order.npy does not sort the records by (key, row id)")
-    return order
 
 
 def build_index(src, directory: str, *, name: str | None = None, nan_keys: str = "error",
