@@ -17,6 +17,7 @@ Usage: .venv/bin/python bench/bench_wjoin_where.py [--records 48000] [--repeat 3
 from __future__ import annotations
 
 import argparse
+import math
 import resource
 import sys
 import time
@@ -41,12 +42,15 @@ QUERIES = {
 }
 
 
-def stations(records: int, seed: int) -> pa.Table:
+def stations(records: int, seed: int, n_stations: int = 400, days: float = 2) -> pa.Table:
+    """``records`` reports of ``n_stations`` stations on a square lat/lon grid (20 x 20 for 400),
+    times uniform over ``days`` days and sorted, a temperature T ~ N(15, 8)."""
     rng = np.random.default_rng(seed)
-    st = rng.integers(0, 400, records)
-    t = np.sort(rng.integers(0, 2 * 86400 * 10**6, records)).astype(np.int64)
-    return pa.table({"time": pa.array(t, pa.timestamp("us")), "lat": (st // 20).astype(np.float64) * 0.5 + 40,
-                     "lon": (st % 20).astype(np.float64) * 0.5 - 5, "T": rng.normal(15, 8, records)})
+    side = math.isqrt(n_stations - 1) + 1
+    st = rng.integers(0, n_stations, records)
+    t = np.sort(rng.integers(0, int(days * 86400 * 10**6), records)).astype(np.int64)
+    return pa.table({"time": pa.array(t, pa.timestamp("us")), "lat": (st // side).astype(np.float64) * 0.5 + 40,
+                     "lon": (st % side).astype(np.float64) * 0.5 - 5, "T": rng.normal(15, 8, records)})
 
 
 def run_smerge(tables, q) -> tuple[float, int]:

@@ -1,80 +1,87 @@
-"""Compiled and vectorised hot loops of the W-join (merge/wjoin.py).
+"""The W-join's hot loops (merge/wjoin_engine.py): C (``merge/_wjoin_ckernel.c``, through ctypes) and numpy.
 
 ``purge_walk`` replays the arrivals of one chunk record by record and applies the purge rule
-of docs/semantics.md section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex`` (HW-join hash chains) turn per-partial-tuple
-candidate ranges into flat (parent, candidate) index arrays for the left-deep expansion.
-Times are int64 (integers, datetimes as ns) or float64; ``NEG``/``POS`` stand for "nothing seen
-yet" and "stream exhausted".
+of docs/semantics.md section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex``
+(HW-join hash chains) turn per-partial-tuple candidate ranges into flat (parent, candidate)
+index arrays for the left-deep expansion. Times are int64 (integers, datetimes as ns) or
+float64; ``NEG``/``POS`` stand for "nothing seen yet" and "stream exhausted". Plain C loaded
+with ctypes, not a JIT: loading takes about 1 ms, where importing numba costs ~0.5 s and ~65 MB
+of memory per process.
 """
 
 from __future__ import annotations
 
-import numba as nb
+import ctypes
+import importlib.util
+
 import numpy as np
 
 INT_NEG = np.iinfo(np.int64).min
 INT_POS = np.iinfo(np.int64).max
 
+_p = ctypes.c_void_p
+_i64 = ctypes.c_int64
 
-@nb.njit(cache=True)
+
+def _load() -> ctypes.CDLL:
+    spec = importlib.util.find_spec("smerge.merge._wjoin_ckernel")
+    if spec is None or not spec.origin:
+        raise ImportError("smerge's W-join kernel (smerge.merge._wjoin_ckernel) is not built: reinstall with "
+                          "`pip install -e .` (needs a C compiler)")
+    lib = ctypes.CDLL(spec.origin)
+    for sfx, t in (("i64", _i64), ("f64", ctypes.c_double)):
+        f = getattr(lib, f"wj_purge_walk_{sfx}")
+        f.argtypes = [_i64, _p, _p, _p, _p, _p, _p, _p, _p, _i64, t, _p, _p, _i64, _p, _i64, t, t]
+        f.restype = _i64
+        f = getattr(lib, f"wj_chain_probe_{sfx}")
+        f.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, ctypes.POINTER(_i64), _i64,
+                      ctypes.POINTER(_p), ctypes.POINTER(_p)]
+        f.restype = _i64
+    lib.wj_free.argtypes = [_p]
+    lib.wj_free.restype = None
+    return lib
+
+
+_LIB = _load()
+
+
+def _ptr(a: np.ndarray, dtype) -> int:
+    """Address of a C-contiguous array of ``dtype`` (checked: a wrong layout would be silent corruption)."""
+    if a.dtype != dtype or not a.flags.c_contiguous:
+        raise TypeError(f"W-join kernel: expected a C-contiguous {np.dtype(dtype)} array, got {a.dtype}")
+    return a.ctypes.data
+
+
+def _sfx(dtype) -> tuple[str, type]:
+    return ("i64", ctypes.c_int64) if np.dtype(dtype) == np.int64 else ("f64", ctypes.c_double)
+
+
 def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at,
-               peak, peak_total, neg, pos):
+               peak, peak_total, neg, pos) -> int:
     """Replay one chunk's arrivals; advance each stream's purge pointer after every arrival.
 
     ``times_flat[offsets[j]:offsets[j+1]]`` are stream j's buffered+chunk times (sorted);
     ``base[j]`` of them were buffered before the chunk, ``ptr[j]`` of those already purged.
     A record y of stream j is dropped once latest[k] - dist[j, k] > t(y) + slack for every
-    k != j (spec: the latest timestamp seen on S_k exceeds t(y) + D_jk). ``final_rank[k]`` is
-    the arrival index of stream k's last record when it falls in this chunk (-1 otherwise);
-    after it, latest[k] = pos. Updates ptr, latest, peak (per stream) in place; returns the
-    new peak of the total. ``drop_at[offsets[j] + p]`` receives the arrival index after which
-    record p of stream j was dropped (when ``drop_at`` is non-empty).
+    k != j (the latest timestamp seen on S_k exceeds t(y) + D_jk). ``final_rank[k]`` is the
+    arrival index of stream k's last record when it falls in this chunk (-1 otherwise); after
+    it, latest[k] = pos. Updates ptr, latest, peak (per stream) in place; returns the new peak
+    of the total. ``drop_at[offsets[j] + p]`` receives the arrival index after which record p of
+    stream j was dropped (when ``drop_at`` is non-empty).
     """
-    n = ptr.shape[0]
-    arrived = base.copy()
-    pt = peak_total
-    for a in range(arr_stream.shape[0]):
-        i = arr_stream[a]
-        arrived[i] += 1
-        latest[i] = arr_t[a] if final_rank[i] != a else pos
-        for j in range(n):
-            # cutoff_j = min_k!=j (latest_k - D_jk); drop the buffered prefix below it
-            cut = pos
-            for k in range(n):
-                if k == j:
-                    continue
-                lk = latest[k]
-                if lk == neg:
-                    c = neg
-                elif lk == pos:
-                    c = pos
-                else:
-                    c = lk - dist[j, k]
-                if c < cut:
-                    cut = c
-            if cut == neg:
-                continue
-            p = ptr[j]
-            hi = arrived[j]
-            o = offsets[j]
-            if cut == pos:
-                p = hi
-            else:
-                while p < hi and times_flat[o + p] + slack < cut:
-                    p += 1
-            if drop_at.shape[0] > 0:
-                for q in range(ptr[j], p):
-                    drop_at[o + q] = a
-            ptr[j] = p
-        tot = 0
-        for j in range(n):
-            b = arrived[j] - ptr[j]
-            tot += b
-            if b > peak[j]:
-                peak[j] = b
-        if tot > pt:
-            pt = tot
-    return pt
+    dt = latest.dtype
+    sfx, ct = _sfx(dt)
+    i8 = np.int64
+    arr_stream, final_rank = np.ascontiguousarray(arr_stream, i8), np.ascontiguousarray(final_rank, i8)
+    arr_t, times_flat = np.ascontiguousarray(arr_t, dt), np.ascontiguousarray(times_flat, dt)
+    dist = np.ascontiguousarray(dist, dt)
+    r = getattr(_LIB, f"wj_purge_walk_{sfx}")(
+        arr_stream.shape[0], _ptr(arr_stream, i8), _ptr(arr_t, dt), _ptr(times_flat, dt), _ptr(offsets, i8),
+        _ptr(base, i8), _ptr(ptr, i8), _ptr(latest, dt), _ptr(dist, dt), ptr.shape[0], ct(slack),
+        _ptr(final_rank, i8), _ptr(drop_at, i8), drop_at.shape[0], _ptr(peak, i8), int(peak_total), ct(neg), ct(pos))
+    if r < 0:
+        raise MemoryError("W-join purge: out of memory")
+    return r
 
 
 def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -89,64 +96,11 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
     return parent, cand
 
 
-@nb.njit(cache=True)
-def _chain_probe(hashes, mask, order, h, times, lo, hi, pe, slot_h, slot_head, prv, inserted, limit):
-    """HW-join probe, in one compiled pass: probes are taken in order of ``pe`` (``order``); before
-    a probe, the stream's records below its ``pe`` are inserted into an open-addressing table
-    (hash -> newest position) whose positions link to the previous one of the same hash, so
-    each bucket is a newest-first chain of exactly the records that arrived before the probing
-    record. The walk stops at the first record before the period start ``lo``. At ``limit`` + 1
-    pairs it stops early (the caller refuses or splits the probe; the chains stay valid)."""
-    m = h.shape[0]
-    ocap = max(16, 2 * m)
-    out_parent = np.empty(ocap, np.int64)
-    out_cand = np.empty(ocap, np.int64)
-    total = 0
-    for k in range(m):
-        p = order[k]
-        e = pe[p]
-        while inserted < e:
-            hv = hashes[inserted]
-            s = np.int64(hv & np.uint64(mask))
-            while slot_head[s] != -1 and slot_h[s] != hv:
-                s = (s + 1) & mask
-            prv[inserted] = slot_head[s]
-            slot_h[s] = hv
-            slot_head[s] = inserted
-            inserted += 1
-        hp = h[p]
-        s = np.int64(hp & np.uint64(mask))
-        while slot_head[s] != -1 and slot_h[s] != hp:
-            s = (s + 1) & mask
-        q = slot_head[s]
-        lp, up = lo[p], hi[p]
-        while q >= 0:
-            t = times[q]
-            if t < lp:
-                break
-            if t <= up:
-                if total > limit:
-                    return out_parent[:total], out_cand[:total], inserted
-                if total == ocap:
-                    ocap *= 2
-                    a = np.empty(ocap, np.int64)
-                    a[:total] = out_parent[:total]
-                    out_parent = a
-                    b = np.empty(ocap, np.int64)
-                    b[:total] = out_cand[:total]
-                    out_cand = b
-                out_parent[total] = p
-                out_cand[total] = q
-                total += 1
-            q = prv[q]
-    return out_parent[:total], out_cand[:total], inserted
-
-
 class BucketIndex:
     """Hash buckets of one stream's buffered+chunk records (time-ordered positions).
 
     ``probe`` builds newest-first chains per 64-bit key hash incrementally while it takes the
-    probes in arrival order (``_chain_probe``), so a walk never meets a record that arrived
+    probes in arrival order (``wj_chain_probe`` in C), so a walk never meets a record that arrived
     after its probing record and stops at the start of the probe's period.
     """
 
@@ -180,8 +134,24 @@ class BucketIndex:
             order = np.arange(pe.shape[0], dtype=np.int64)
         if pe.shape[0] and int(pe.min()) < self._inserted:
             raise ValueError("BucketIndex.probe: probes must not precede those of an earlier call")
-        parent, cand, self._inserted = _chain_probe(
-            self.hashes, self.mask, order, np.ascontiguousarray(h, np.uint64), times,
-            np.ascontiguousarray(lo, times.dtype), np.ascontiguousarray(hi, times.dtype), pe,
-            self._slot_h, self._slot_head, self._prv, self._inserted, int(limit))
+        dt = times.dtype
+        sfx, _ = _sfx(dt)
+        h = np.ascontiguousarray(h, np.uint64)
+        times = np.ascontiguousarray(times)
+        lo, hi = np.ascontiguousarray(lo, dt), np.ascontiguousarray(hi, dt)
+        inserted, out_p, out_c = _i64(self._inserted), _p(), _p()
+        total = getattr(_LIB, f"wj_chain_probe_{sfx}")(
+            _ptr(self.hashes, np.uint64), self.mask, h.shape[0], _ptr(order, np.int64), _ptr(h, np.uint64),
+            _ptr(times, dt), _ptr(lo, dt), _ptr(hi, dt), _ptr(pe, np.int64), _ptr(self._slot_h, np.uint64),
+            _ptr(self._slot_head, np.int64), _ptr(self._prv, np.int64), ctypes.byref(inserted), int(limit),
+            ctypes.byref(out_p), ctypes.byref(out_c))
+        if total < 0:
+            raise MemoryError("W-join hash probe: out of memory")
+        self._inserted = inserted.value
+        try:
+            parent, cand = (np.ctypeslib.as_array(ctypes.cast(x, ctypes.POINTER(_i64)), (total,)).copy()
+                            if total else np.empty(0, np.int64) for x in (out_p, out_c))
+        finally:
+            _LIB.wj_free(out_p)
+            _LIB.wj_free(out_c)
         return parent, cand

@@ -43,7 +43,10 @@ from smerge.merge.stats import BoundedSeries
 from smerge.merge.values import NS_PER_UNIT, Duration, parse_duration
 
 DEFAULT_OUTPUT_ROWS = 65536
-SPLIT_TUPLES = 1 << 20  # partial tuples of one level above which a block of arrivals is halved
+# Partial tuples of one level above which a block of arrivals is cut (2^18: the index arrays and
+# the columns a predicate reads stay a few tens of MB; 2^20 cost ~30 MB more peak memory on a
+# 48k + 48k band join and no time).
+SPLIT_TUPLES = 1 << 18
 # One arrival's partial tuples at one level. Each is held in about 2n + 4 int64 index arrays
 # (members, times, parents) and, at the last level, in every output column before the block is
 # written: 4M keeps a 3-way step under ~1 GB (32M reached 5.5 GB and was killed by a 2 GB
@@ -395,7 +398,7 @@ def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
 def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
     """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
     if kind in ("num", "bool"):
-        v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        v = X.to_numpy(pc.cast(col, pa.float64()))
         v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
         return _mix(v.view(np.uint64))
     if kind == "time":
@@ -407,7 +410,7 @@ def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
         elif pa.types.is_date64(t):
             col = pc.cast(col, pa.timestamp("ms"))
         per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
-        v = pc.cast(col, pa.int64()).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        v = X.to_numpy(pc.cast(col, pa.int64()).fill_null(0)).astype(np.int64)
         sec, sub = np.divmod(v, np.int64(per_s))
         sub = sub * np.int64(10**9 // per_s)
         return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))
@@ -456,17 +459,17 @@ def _times(col, kind: str, s: _Stream) -> np.ndarray:
         raise InputError(f"{s.name}: time column {s.time_col!r} is missing at row {row}; every record needs a time")
     if kind.startswith(("datetime", "cf:")):
         if kind.startswith("cf:"):
-            return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+            return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
         unit = "ns" if kind.partition("@")[0].split("+")[0] == "datetime" else "us"
         try:
             col = pc.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
         except pa.ArrowInvalid:
             raise InputError(f"{s.name}: time column {s.time_col!r} holds dates outside 1678-2262 that another "
                              "stream's nanosecond timestamps cannot share; cast that stream to timestamp[us]") from None
-        return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
+        return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
     if kind == "int":
-        return pc.cast(col, pa.int64()).to_numpy(zero_copy_only=False).astype(np.int64)
-    v = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False).astype(np.float64)
+        return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
+    v = X.to_numpy(pc.cast(col, pa.float64())).astype(np.float64)
     if np.isnan(v).any():
         row = s.rows_read + int(np.argmax(np.isnan(v)))
         raise InputError(f"{s.name}: time column {s.time_col!r} is NaN at row {row}; every record needs a time")
@@ -503,6 +506,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
     stats.timeline = BoundedSeries(("records_read", "tuples") + tuple(f"buffered_{a}" for a in params.aliases))
     neg, pos = (INT_NEG, INT_POS) if plan.dtype is np.int64 else (-np.inf, np.inf)
     latest = np.full(n, neg, dtype=plan.dtype)
+    block: list = [None]  # arrivals per block, as the last split chose (see _chunk)
     t_start = time.perf_counter()
 
     def load(s: _Stream, i: int) -> None:
@@ -548,7 +552,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
             held = s.buf_t.shape[0] + s.pend_t.shape[0]
             stats.peak_held[i] = max(stats.peak_held[i], held)
         if sum(takes):
-            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows, trace)
+            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows, trace, block)
             for b in out:
                 stats.tuples += b.num_rows
                 yield b
@@ -564,7 +568,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
 
 
 def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
-           output_rows: int, trace: list | None = None) -> Iterator[pa.RecordBatch]:
+           output_rows: int, trace: list | None = None, block: list | None = None) -> Iterator[pa.RecordBatch]:
     """The output of one chunk of arrivals, block by block; the buffers and the purge pointers
     are updated when the generator is exhausted (the caller drains it before the next chunk)."""
     n = plan.n
@@ -601,7 +605,11 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
     # a block bounds the intermediate results and the output held at once by what its arrivals
     # form. A chunk is one block unless a level of it would exceed SPLIT_TUPLES partial tuples:
     # then the block is halved (and the hash chains rebuilt), down to single arrivals.
-    todo = [(0, arr_s.shape[0])]
+    # ``block[0]``: the block size (arrivals) the last split chose, kept for the next chunks so
+    # that a chunk of similar data is not formed once in full only to be cut again.
+    block = block if block is not None else [None]
+    size = block[0] or max(arr_s.shape[0], 1)
+    todo = [(b, min(b + size, arr_s.shape[0])) for b in reversed(range(0, arr_s.shape[0], size))]
     while todo:
         a0, a1 = todo.pop()
         groups = []
@@ -620,6 +628,7 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
             buckets.clear()
             pair_buckets.clear()
             size = max(1, min((a1 - a0) // 2, int((a1 - a0) * SPLIT_TUPLES / (2 * max(e.args[0], 1)))))
+            block[0] = size
             todo += [(b, min(b + size, a1)) for b in reversed(range(a0, a1, size))]
             stats.block_splits += 1
             continue
@@ -633,11 +642,11 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
         members = [m[o] for m in members]
         cols = []
         for j in range(n):
-            idx = pa.array(members[j])
+            idx = X.from_numpy(members[j])
             for c, _ in plan.out_names[j]:
                 cols.append(comb_tab[j].column(c).take(idx))
         for j in range(len(plan.id_names)):
-            cols.append(pa.array(comb_row[j][members[j]]))
+            cols.append(X.from_numpy(comb_row[j][members[j]]))
         table = pa.Table.from_arrays(cols, schema=plan.out_schema)
         for batch in table.to_batches(max_chunksize=output_rows):
             yield batch
@@ -724,7 +733,7 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
         if not conjs or a_idx.shape[0] == 0:
             return
         node = X.conjoin(conjs)
-        m = X.mask(node, lambda s, c: comb_tab[s].column(c).take(pa.array(mem[s])), a_idx.shape[0])
+        m = X.mask(node, lambda s, c: comb_tab[s].column(c).take(X.from_numpy(mem[s])), a_idx.shape[0])
         keep(m)
 
     def keep(m):
@@ -757,7 +766,7 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(_hash_terms(comb_tab[j], [p[0] for p in probes]))
-            hp = _hash_values([(comb_tab[cb.stream].column(cb.name).take(pa.array(mem[cb.stream])), cj.kind)
+            hp = _hash_values([(comb_tab[cb.stream].column(cb.name).take(X.from_numpy(mem[cb.stream])), cj.kind)
                                for cj, cb in probes], a_idx.shape[0])
             parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit)
         else:
