@@ -185,6 +185,17 @@ def _main(argv: list[str] | None) -> int:
     _OWN_PROCESS = argv is None
     if argv is None and ("--local" in sys.argv[1:] or sys.argv[1:2] and sys.argv[1] in _NEVER_SPARK):
         _pyarrow_without_pandas()
+    from smerge.cli.flags import flag
+    from smerge.errors import name_parameters
+
+    naming = name_parameters(flag)  # messages name this command line's options, not library parameters
+    try:
+        return _run(argv)
+    finally:
+        name_parameters(naming)
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         app = _app_for(sys.argv[1:] if argv is None else list(argv))
         from smerge.cli.help import readable

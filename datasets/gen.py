@@ -21,7 +21,7 @@ from typing import Iterator
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 TIME_UNITS = "hours since 2000-01-01 00:00:00"
 _EPOCH_2000_US = 946684800 * 10**6  # 2000-01-01 00:00 UTC in microseconds since 1970
@@ -63,22 +63,22 @@ class GenParams:
 
     def __post_init__(self) -> None:
         if not _is_int(self.records) or not 1 <= self.records <= MAX_RECORDS:
-            raise UsageError(f"--records is {self.records}; give an integer from 1 to 10^12")
+            raise UsageError(f"{param.records} is {self.records}; give an integer from 1 to 10^12")
         if not (isinstance(self.randomize, numbers.Real) and 0 <= self.randomize <= 100):
-            raise UsageError(f"--randomize is {self.randomize}; give a percentage from 0 to 100")
+            raise UsageError(f"{param.randomize} is {self.randomize}; give a percentage from 0 to 100")
         if not _is_int(self.displacement) or not 0 <= self.displacement <= MAX_RECORDS:
-            raise UsageError(f"--displacement is {self.displacement}; give a number of records from 0 to 10^12")
+            raise UsageError(f"{param.displacement} is {self.displacement}; give a number of records from 0 to 10^12")
         if not (isinstance(self.jitter, numbers.Real) and 0 <= self.jitter <= MAX_JITTER):
-            raise UsageError(f"--jitter is {self.jitter}; give a finite number of degrees from 0 to {MAX_JITTER:g}")
+            raise UsageError(f"{param.jitter} is {self.jitter}; give a finite number of degrees from 0 to {MAX_JITTER:g}")
         if not _is_int(self.seed) or self.seed < 0:
-            raise UsageError(f"--seed is {self.seed}; give an integer >= 0")
+            raise UsageError(f"{param.seed} is {self.seed}; give an integer >= 0")
         for name, n in (("NLAT", self.nlat), ("NLON", self.nlon)):
             if not _is_int(n) or not 1 <= n <= MAX_GRID:
-                raise UsageError(f"--grid {self.nlat},{self.nlon}: {name} is {n}; give NLAT,NLON from 1 to 10^6 each")
+                raise UsageError(f"{param.grid} {self.nlat},{self.nlon}: {name} is {n}; give NLAT,NLON from 1 to 10^6 each")
         steps = -(-self.records // (self.nlat * self.nlon))
         if steps - 1 > _MAX_TIME_STEP:
-            raise UsageError(f"--records {self.records} on a {self.nlat}x{self.nlon} grid is {steps:,} 6-hourly "
-                             "time steps, past the last date a timestamp holds; use a larger --grid or fewer records")
+            raise UsageError(f"{param.records} {self.records} on a {self.nlat}x{self.nlon} grid is {steps:,} 6-hourly "
+                             f"time steps, past the last date a timestamp holds; use a larger {param.grid} or fewer records")
         self._check_variables()
 
     def check_memory(self) -> None:
@@ -86,28 +86,28 @@ class GenParams:
         if self.randomize:
             from smerge.memory import check_fits
 
-            check_fits(self.records * ORDER_RECORD_BYTES, f"--randomize on {self.records:,} records (their "
-                       "arrival order is built in memory)", "lower --records, or leave out --randomize")
+            check_fits(self.records * ORDER_RECORD_BYTES, f"{param.randomize} on {self.records:,} records (their "
+                       "arrival order is built in memory)", f"lower {param.records}, or leave out {param.randomize}")
 
     def _check_variables(self) -> None:
         names = tuple(self.variables)
         if not names:
-            raise UsageError("--vars is empty; give variable names such as p,t,u")
+            raise UsageError(f"{param.variables} is empty; give variable names such as p,t,u")
         seen: dict[str, str] = {c: c for c in COORDINATES}
         for v in names:
             if not isinstance(v, str) or not v.strip() or v != v.strip():
-                raise UsageError(f"--vars name {v!r} is empty or has spaces around it; give names such as p,t,u")
+                raise UsageError(f"{param.variables} name {v!r} is empty or has spaces around it; give names such as p,t,u")
             if any(ord(c) < 32 or ord(c) == 127 for c in v):
-                raise UsageError(f"--vars name {v!r} has a control character; use printable names")
+                raise UsageError(f"{param.variables} name {v!r} has a control character; use printable names")
             other = seen.get(v.lower())
             if other in COORDINATES:
                 what = ("is a coordinate column" if other == v else
                         f"clashes with the coordinate column {other!r} (names differing only in case clash in Spark)")
-                raise UsageError(f"--vars {','.join(names)}: {v!r} {what}; the records already have "
+                raise UsageError(f"{param.variables} {','.join(names)}: {v!r} {what}; the records already have "
                                  f"{', '.join(COORDINATES)}, so name the variables otherwise")
             if other is not None:
                 same = "twice" if other == v else f"and {other!r} (names differing only in case clash in Spark)"
-                raise UsageError(f"--vars {','.join(names)} names {v!r} {same}; give each variable once")
+                raise UsageError(f"{param.variables} {','.join(names)} names {v!r} {same}; give each variable once")
             seen[v.lower()] = v
 
     @property
@@ -186,7 +186,7 @@ def check_netcdf_names(p: GenParams) -> None:
 
     for v in p.variables:
         if "/" in v:
-            raise UsageError(f"--vars name {v!r} has a '/', which netCDF reads as a group path; rename it "
+            raise UsageError(f"{param.variables} name {v!r} has a '/', which netCDF reads as a group path; rename it "
                              "or write .parquet")
     with netCDF4.Dataset("smerge-gen-names.nc", "w", diskless=True, persist=False) as ds:
         ds.createDimension("record", 1)
@@ -195,7 +195,7 @@ def check_netcdf_names(p: GenParams) -> None:
                 ds.createVariable(v, "f4", ("record",))
             except (RuntimeError, ValueError) as e:
                 reason = str(e).split(":")[1].strip() if str(e).count(":") >= 1 else str(e)
-                raise UsageError(f"--vars name {v!r} is not a valid netCDF variable name ({reason}); rename it "
+                raise UsageError(f"{param.variables} name {v!r} is not a valid netCDF variable name ({reason}); rename it "
                                  "or write .parquet") from None
 
 

@@ -21,7 +21,7 @@ import os
 import re
 from functools import lru_cache
 
-from smerge.errors import InputError
+from smerge.errors import InputError, param
 
 REMOTE_SCHEMES = ("s3", "gs", "gcs", "az", "abfs", "abfss", "http", "https")
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -234,24 +234,24 @@ def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o") -
         if is_file:
             raise OutputError(f"{label} {path!r} is an object, not a dataset folder; choose another {opt}")
         if keys and not overwrite:
-            raise OutputError(f"{label} {path!r} already exists ({len(keys)} objects); pass --overwrite to replace it "
+            raise OutputError(f"{label} {path!r} already exists ({len(keys)} objects); pass {param.overwrite} to replace it "
                               f"or choose another {opt}")
         if keys and f"{p}/{MARKER}" not in keys:
             raise OutputError(f"{label} {path!r} is a folder smerge did not write (no {MARKER} marker object in it); "
-                              f"--overwrite replaces only smerge's own dataset folders: remove it yourself or choose "
+                              f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or choose "
                               f"another {opt}")
         return
     if keys:
         raise OutputError(f"{label} {path!r} is a folder (objects below it); name an object")
     if is_file and not overwrite:
-        raise OutputError(f"{label} {path!r} already exists; pass --overwrite to replace it or choose another {opt}")
+        raise OutputError(f"{label} {path!r} already exists; pass {param.overwrite} to replace it or choose another {opt}")
 
 
 def _taken(path: str, opt: str):
     from smerge.errors import OutputError
 
     return OutputError(f"{_label(opt)} {path!r} was created by another run or program while this one was writing; "
-                       f"it is kept and nothing was written: pass --overwrite to replace it or choose another {opt}")
+                       f"it is kept and nothing was written: pass {param.overwrite} to replace it or choose another {opt}")
 
 
 def _put(fs, local: str, p: str, *, create: bool) -> None:

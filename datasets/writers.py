@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from smerge.datasets.outputs import (MARKER, check_target, claim_file, identity, make_staging,  # noqa: F401
                                      make_temp_file, replace_dir, retract, space_errors)
-from smerge.errors import OutputError, UsageError
+from smerge.errors import OutputError, UsageError, param
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",
            ".nc": "netcdf", ".nc4": "netcdf", ".cdf": "netcdf", ".zarr": "zarr"}
@@ -43,7 +43,7 @@ def is_dataset_path(path: str, fmt: str | None = None) -> bool:
 def format_for(path: str, fmt: str | None = None) -> str:
     if fmt:
         if fmt not in set(FORMATS.values()) | {DATASET_FORMAT}:
-            raise UsageError(f"--format {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf, zarr, "
+            raise UsageError(f"{param.format} {fmt!r} is not supported; use one of parquet, csv, arrow, netcdf, zarr, "
                              f"{DATASET_FORMAT}")
         return fmt
     if _ext(path) == ".zarr":
@@ -54,7 +54,7 @@ def format_for(path: str, fmt: str | None = None) -> str:
     if ext not in FORMATS:
         raise UsageError(
             f"output {path!r}: cannot tell the format from {ext or 'no extension'}; "
-            "use .parquet, .csv, .arrow, .nc or .zarr, or pass --format"
+            f"use .parquet, .csv, .arrow, .nc or .zarr, or pass {param.format}"
         )
     return FORMATS[ext]
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 from smerge.datasets import InputSource, format_for, open_output
 from smerge.datasets.outputs import check_distinct, check_target, claim_file, make_temp_file, space_errors
 from smerge.datasets.writers import GRID_FORMATS, is_dataset_path
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.jobs.inputs import PreparedMerge
 from smerge.merge.output import b_output_names
 
@@ -38,8 +38,8 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
     unmatched = None
     if job.unmatched:
         unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-    outs = [("-o", output, is_dataset_path(output, fmt))] + [("--unmatched", u, False) for u in (unmatched or ())] + (
-        [("--stats", job.stats, False)] if job.stats else [])
+    outs = [("-o", output, is_dataset_path(output, fmt))] + [(param.unmatched, u, False) for u in (unmatched or ())] + (
+        [(param.stats, job.stats, False)] if job.stats else [])
     check_run_outputs([job.a, job.b], outs, overwrite=job.overwrite)
     return fmt, unmatched
 
@@ -127,7 +127,7 @@ def committed(outputs):
         raise
 
 
-def write_stats(path: str, stats: dict, *, overwrite: bool = True, opt: str = "--stats") -> None:
+def write_stats(path: str, stats: dict, *, overwrite: bool = True, opt: str = param.stats) -> None:
     """Write the statistics JSON atomically (owner-tagged temporary file, umask modes); without
     ``overwrite`` its name is claimed atomically (``smerge.datasets.outputs.claim_file``)."""
     tmp = make_temp_file(path)

@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 # Up to this many bytes of local input a run without --master goes in-process. On the 2-core
 # reference machine in-process was faster at every size measured (up to 1.56 GB: 7.6 s against
@@ -69,7 +69,7 @@ def _size(n: float) -> str:
 def auto_max_bytes(conf: dict[str, str]) -> int:
     """The auto threshold: ``--conf smerge.auto.max_bytes=N``, else ``$SMERGE_AUTO_MAX_BYTES``,
     else ``AUTO_MAX_BYTES``. 0 sends every run without ``--local`` to Spark."""
-    raw, what = conf.get(AUTO_CONF_KEY), f"--conf {AUTO_CONF_KEY}"
+    raw, what = conf.get(AUTO_CONF_KEY), f"{param.conf} {AUTO_CONF_KEY}"
     if raw is None:
         raw, what = os.environ.get(AUTO_ENV), AUTO_ENV
     if raw is None:

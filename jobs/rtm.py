@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
 from smerge.datasets.writers import check_output_schema
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
@@ -79,18 +79,18 @@ def _server_source(job: RTMJob):
             with open(job.tls_root_cert, "rb") as f:
                 certs = f.read()
         except OSError as e:
-            raise UsageError(f"--tls-root-cert {job.tls_root_cert}: cannot be read ({e.strerror})") from None
+            raise UsageError(f"{param.tls_root_cert} {job.tls_root_cert}: cannot be read ({e.strerror})") from None
     client = IndexClient(job.server, token=token, tls_root_certs=certs)
     info = client.info()
     schema = client.schema()
     keys = tuple(info["keys"])
     if job.keys_b and tuple(job.keys_b) != keys:
-        raise UsageError(f"--keys-b {','.join(job.keys_b)} differs from the server's index keys "
-                         f"{','.join(keys)}; rebuild the index with those keys or drop --keys-b")
+        raise UsageError(f"{param.keys_b} {','.join(job.keys_b)} differs from the server's index keys "
+                         f"{','.join(keys)}; rebuild the index with those keys or drop {param.keys_b}")
     if job.vars_b:
         missing = [v for v in job.vars_b if v not in schema.names]
         if missing:
-            raise UsageError(f"--vars-b {', '.join(missing)}: not served; B's columns are {', '.join(schema.names)}")
+            raise UsageError(f"{param.vars_b} {', '.join(missing)}: not served; B's columns are {', '.join(schema.names)}")
         schema = pa.schema([schema.field(c) for c in keys] + [schema.field(v) for v in job.vars_b if v not in keys])
     src = InputSource(path=job.server, format="flight", schema=schema, keys=keys, num_rows=int(info["count"]),
                       outer_size=int(info["count"]), inner_size=1,
@@ -112,25 +112,25 @@ def _keys_in_server_order(job: RTMJob, src_a: InputSource, src_b: InputSource) -
         return src_a
     if sorted(names_a) != sorted(server):
         raise UsageError(f"A's keys {','.join(names_a)} are not the server's index keys {','.join(server)}; "
-                         "keys are matched by name: pass --keys-b to pair A's keys with the server's")
+                         f"keys are matched by name: pass {param.keys_b} to pair A's keys with the server's")
     if job.keys_a:
-        raise UsageError(f"--keys {','.join(names_a)} lists the server's index keys in another order; the server "
-                         f"sorts by {','.join(server)}: pass --keys {','.join(server)}")
+        raise UsageError(f"{param.keys} {','.join(names_a)} lists the server's index keys in another order; the server "
+                         f"sorts by {','.join(server)}: pass {param.keys} {','.join(server)}")
     return open_input(job.a, keys=server, variables=job.vars_a, batch_rows=job.batch_rows)
 
 
 def prepare_rtm(job: RTMJob) -> PreparedMerge:
     """Open A (metadata only), reach B, validate every parameter and output path."""
     if (job.b is None) == (job.server is None):
-        raise UsageError("give B (an input to index for this run) or --server URL" +
+        raise UsageError(f"give B (an input to index for this run) or {param.server} URL" +
                          (", not both" if job.b is not None else ": one of them is needed"))
     if job.server is None and job.token_file:
-        raise UsageError("--token-file is for --server; the embedded server makes its own token")
+        raise UsageError(f"{param.token_file} is for {param.server}; the embedded server makes its own token")
     client = None
     if job.server is not None:
         src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
         if not src_a.keys:
-            raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+            raise UsageError(f"{job.a}: no merge keys; pass {param.keys} K1,K2 (tabular inputs have no default keys)")
         client, src_b = _server_source(job)
         src_a = _keys_in_server_order(job, src_a, src_b)
     else:

@@ -17,6 +17,8 @@ import math
 import sys
 from typing import Optional, Sequence
 
+from smerge.errors import param
+
 AUTO = "auto"
 
 
@@ -27,9 +29,9 @@ def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
 
     auto = any(t is not None and t.strip().lower() == AUTO for t in texts)
     if budget is not None and not auto:
-        raise UsageError(f"--budget {budget}: it applies to --sample auto (or --sample-a/-b auto) only")
+        raise UsageError(f"{param.budget} {budget}: it applies to {param.sample} auto (or {param.sample_a}/-b auto) only")
     if auto and budget is None:
-        raise UsageError("--sample auto needs --budget SECONDS (the time the archive reads may take)")
+        raise UsageError(f"{param.sample} auto needs {param.budget} SECONDS (the time the archive reads may take)")
     if not auto:
         return None
     from smerge.datasets.archive.read import Budget, parse_budget
@@ -82,7 +84,7 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
 
 
 def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool, budget: Optional[str] = None,
-                     option: str = "--sample") -> None:
+                     option: str = param.sample) -> None:
     """wjoin's (and count's) ``--sample F|auto``: every input that is an archive folder is read with
     F (files in full)."""
     from smerge.datasets.archive.probe import is_archive

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.merge.values import parse_duration
 
 TIME_BASE = "microseconds since 1970-01-01 00:00:00 UTC"
@@ -113,7 +113,7 @@ def check_key_compat(schema_a: pa.Schema, keys_a: Sequence[str], schema_b: pa.Sc
     ka = check_keys(schema_a, keys_a, side="A", source=source_a)
     kb = check_keys(schema_b, keys_b, side="B", source=source_b)
     if len(ka) != len(kb):
-        raise UsageError(f"A has {len(ka)} keys and B has {len(kb)}; pass the same number with --keys/--keys-b")
+        raise UsageError(f"A has {len(ka)} keys and B has {len(kb)}; pass the same number with {param.keys}/{param.keys_b}")
     for x, y, t, u in zip(keys_a, keys_b, ka, kb):
         if t.group == u.group:
             continue
@@ -249,10 +249,10 @@ def key_eps(eps, keys: Sequence[str], schema: pa.Schema):
                 v = float(v)
             except ValueError:
                 if sc is None:
-                    raise UsageError(f"--eps for key {k!r} is {v!r}; {k!r} is not a time, so give a number") from None
-                return parse_duration(v, f"--eps {k}=").nanoseconds(sc[2], f"--eps {k}=") / 1e9 * sc[0]
+                    raise UsageError(f"{param.eps} for key {k!r} is {v!r}; {k!r} is not a time, so give a number") from None
+                return parse_duration(v, f"{param.eps} {k}=").nanoseconds(sc[2], f"{param.eps} {k}=") / 1e9 * sc[0]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise UsageError(f"--eps for key {k!r} is {v!r}, not a number")
+            raise UsageError(f"{param.eps} for key {k!r} is {v!r}, not a number")
         return float(v) * sc[1] if sc is not None else float(v)
 
     if isinstance(eps, Mapping):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.memory import check_fits
 from smerge.merge.values import check_count, check_eps, check_fraction, check_window_size, eps_per_key
 
@@ -34,30 +34,32 @@ class MergeKeys:
 
     def __post_init__(self) -> None:
         if not self.a:
-            raise UsageError("no merge keys: pass --keys K1,K2 (tabular inputs have no default keys)")
+            raise UsageError(f"no merge keys: pass {param.keys} K1,K2 (tabular inputs have no default keys)")
         if len(self.a) != len(self.b):
             raise UsageError(
                 f"A has {len(self.a)} keys ({', '.join(self.a)}) but B has {len(self.b)} "
-                f"({', '.join(self.b)}); give both the same number of keys with --keys/--keys-b"
+                f"({', '.join(self.b)}); give both the same number of keys with {param.keys}/{param.keys_b}"
             )
 
 
 def check_common(p) -> None:
     """Checks shared by the engines' parameter classes (window size, eps, NaN policy, delta)."""
     n = check_window_size(p.window_size)
-    check_fits(n * WINDOW_RECORD_BYTES, f"--window {n:,} (its buffers are allocated up front)", "lower --window")
+    check_fits(n * WINDOW_RECORD_BYTES, f"{param.window_size} {n:,} (its buffers are allocated up front)",
+               f"lower {param.window_size}")
     check_eps(p.eps, p.keys.a)
     if p.nan_keys not in NAN_KEY_POLICIES:
-        raise UsageError(f"--nan-keys is {p.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
+        raise UsageError(f"{param.nan_keys} is {p.nan_keys!r}; use one of {', '.join(NAN_KEY_POLICIES)}")
     if p.delta is not None:
-        check_fraction(p.delta, "--delta", zero=True, note="(the allowed drop rate)")
-    check_count(p.delta_windows, "--delta-windows", 1, MAX_DELTA_WINDOWS)
+        check_fraction(p.delta, param.delta, zero=True, note="(the allowed drop rate)")
+    check_count(p.delta_windows, param.delta_windows, 1, MAX_DELTA_WINDOWS)
 
 
 def check_adapt(adapt: bool, delta: float | None) -> None:
     """Adaptive K (docs/semantics.md section 10) needs the delta target it holds."""
     if adapt and delta is None:
-        raise UsageError("--adapt tunes K to hold the moving drop rate at or under --delta; give --delta D too")
+        raise UsageError(f"{param.adapt} tunes K to hold the moving drop rate at or under {param.delta}; "
+                         f"give {param.delta} D too")
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class CGMParams:
     def __post_init__(self) -> None:
         check_common(self)
         n = self.window_size
-        for name, k in (("--increment-a", self.least_increment_a), ("--increment-b", self.least_increment_b)):
+        for name, k in ((param.least_increment_a, self.least_increment_a), (param.least_increment_b, self.least_increment_b)):
             if isinstance(k, bool) or not isinstance(k, int) or k < 1:
                 raise UsageError(f"{name} is {k}; the least window increment K must be an integer >= 1")
             if k > n:

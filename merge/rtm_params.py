@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, check_common
 
 REFILL_MODES = ("page", "symdiff")
@@ -36,7 +36,7 @@ class RTMParams:
     def __post_init__(self) -> None:
         check_common(self)
         if self.refill not in REFILL_MODES:
-            raise UsageError(f"--refill is {self.refill!r}; use page (lossless) or symdiff (the paper's)")
+            raise UsageError(f"{param.refill} is {self.refill!r}; use page (lossless) or symdiff (the paper's)")
         if self.fetch_rows < 1:
             raise UsageError(f"fetch_rows is {self.fetch_rows}; use an integer >= 1")
 

@@ -4,8 +4,8 @@
 Every command and the library parse through this module, so ``1h`` means the same on every
 option that takes a duration (``--eps time=1h``, ``wjoin --window``/``--pair-window``, ``count
 --every``, ``archive --aggregate EVERY``, ``serve --summarize --lifetime``). Messages name the
-parameter as the caller passes it in ``what`` (the command line passes its flag). The module
-imports the standard library only.
+parameter as the caller passes it in ``what`` (``smerge.errors.param`` references, shown as the
+command line's flags by the CLI). The module imports only the standard library and smerge.errors.
 
 Durations: a number and a unit, ``ns us ms s min h d w`` (also ``sec``, ``hr``, ``day``,
 ``days``; case is ignored), or a plain number (in the time column's own unit: the caller
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 # The one unit table: nanoseconds per unit, exact integers.
 NS_PER_UNIT = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "sec": 10**9, "min": 60 * 10**9,
@@ -124,7 +124,7 @@ def parse_duration(text: str | float | int | Duration, what: str = "the duration
 
 # ---- tolerances (eps) -----------------------------------------------------------------------
 
-def parse_eps(text: str, what: str = "--eps") -> float | str | dict[str, float | str]:
+def parse_eps(text: str, what: str = param.eps) -> float | str | dict[str, float | str]:
     """``0.01``, ``lat=0.01,lon=0.01,time=0`` or with durations on time keys: ``time=1h``.
 
     Durations stay text here (checked for their form): only the key's type says what they are
@@ -156,7 +156,7 @@ def parse_eps(text: str, what: str = "--eps") -> float | str | dict[str, float |
 
 
 def eps_per_key(eps: float | Sequence[float] | Mapping[str, float], keys: Sequence[str],
-                what: str = "--eps") -> tuple[float, ...]:
+                what: str = param.eps) -> tuple[float, ...]:
     """One tolerance per key: a scalar applies to all keys; a mapping names keys (others 0).
     The values are checked where they are used (``check_eps``, by the engines' parameters)."""
     if isinstance(eps, Mapping):
@@ -173,7 +173,7 @@ def eps_per_key(eps: float | Sequence[float] | Mapping[str, float], keys: Sequen
     return out
 
 
-def check_eps(eps: Sequence[float], keys: Sequence[str], what: str = "--eps") -> None:
+def check_eps(eps: Sequence[float], keys: Sequence[str], what: str = param.eps) -> None:
     """Every tolerance a finite number >= 0, one per key."""
     if len(eps) != len(keys):
         raise UsageError(f"{len(eps)} tolerances for {len(keys)} keys")
@@ -184,7 +184,7 @@ def check_eps(eps: Sequence[float], keys: Sequence[str], what: str = "--eps") ->
 
 # ---- counts and fractions -------------------------------------------------------------------
 
-def check_window_size(n, what: str = "--window") -> int:
+def check_window_size(n, what: str = param.window_size) -> int:
     """The window size N: an integer from 1 to ``MAX_WINDOW_SIZE``."""
     if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_WINDOW_SIZE:
         raise UsageError(f"{what} is {n}; the window size N must be an integer from 1 to 10^9 "

@@ -3,15 +3,56 @@
 Library code raises these; only the CLI maps them to exit codes (docs/cli.md):
 ``SmergeError`` and subclasses -> exit 2 with the message as one line on stderr.
 Every message says what is wrong and how to fix it.
+
+Messages name the parameter a user set, not a command-line flag: library code writes
+``f"{param.window_size} is {n}"``, which reads "window_size is 5" from Python and "--window is 5"
+from the command line (the CLI installs its flag names with ``name_parameters``).
 """
 
 from __future__ import annotations
+
+import re
+from typing import Callable
+
+_MARK = "\x1d"  # ASCII group separator: brackets a parameter's name inside a message
+_REFERENCE = re.compile(f"{_MARK}([A-Za-z_][A-Za-z0-9_]*){_MARK}")
+_naming: Callable[[str], str] | None = None
+
+
+class _Parameters:
+    """``param.NAME``: a reference to the parameter NAME inside a message (see ``render``)."""
+
+    def __getattr__(self, name: str) -> str:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return f"{_MARK}{name}{_MARK}"
+
+
+param = _Parameters()
+
+
+def name_parameters(naming: Callable[[str], str] | None) -> Callable[[str], str] | None:
+    """How messages show parameter references from now on: ``naming(name)`` (the CLI: its
+    flag), or the library's parameter name (None, the default). Returns the naming it replaces."""
+    global _naming
+    previous, _naming = _naming, naming
+    return previous
+
+
+def render(text: str) -> str:
+    """``text`` with every ``param.NAME`` reference shown as the installed naming says."""
+    if _MARK not in text:
+        return text
+    return _REFERENCE.sub(lambda m: _naming(m.group(1)) if _naming else m.group(1), text)
 
 
 class SmergeError(Exception):
     """Base class: a problem the user can fix (exit code 2)."""
 
     exit_code = 2
+
+    def __str__(self) -> str:
+        return render(super().__str__())
 
 
 class UsageError(SmergeError):
@@ -42,7 +83,7 @@ class KeyNaNError(InputError):
         where = f"{source}: " if source else ""
         super().__init__(
             f"{where}key column {column!r} is NaN or missing at row {row}; "
-            "clean the input or pass --nan-keys unmatched to count such records as unmatched"
+            f"clean the input or pass {param.nan_keys} unmatched to count such records as unmatched"
         )
 
     def with_source(self, source: str) -> "KeyNaNError":

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.outputs import host_tag, owner_pid_gone
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 DEFAULT_MASTER = "local[*]"
 SMERGE_CONF_PREFIX = "smerge."
@@ -161,7 +161,7 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
     except Exception as e:  # the JVM did not start: say where its log is
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         where = "" if verbose else f"; Spark's log: {spark_log_path()}"
-        raise UsageError(f"cannot start Spark (--master {master}): {msg}{where}; or run with --local") from None
+        raise UsageError(f"cannot start Spark ({param.master} {master}): {msg}{where}; or run with {param.local}") from None
     if not verbose:
         spark.sparkContext.setLogLevel("ERROR")
     warm_workers(spark)
