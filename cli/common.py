@@ -162,14 +162,17 @@ def check_stats_path(path: str | None, *, overwrite: bool, inputs=()) -> None:
 
 def finish_command(stats: dict, command: str, t0: float, *, stats_path: str | None = None,
                    overwrite: bool = False) -> dict:
-    """The statistics every command reports, for a command with no Spark route (gen, count,
-    index build, archive append): ``command``, ``execution``, ``route``, ``session_seconds`` (0)
-    and ``total_seconds`` (the whole run, from ``t0``); written to ``stats_path`` when given."""
+    """The statistics every command reports, for a command with no Spark route that does not run
+    through the pipeline (gen, index build, archive append): ``command``, ``execution``, ``route``,
+    ``session_seconds`` (0) and ``total_seconds`` (the whole run, from ``t0``); written to
+    ``stats_path`` when given."""
     import time
 
+    from smerge.jobs.pipeline import in_process_route
+
     stats.setdefault("command", command)
-    stats.update(execution="local", route=f"local ({command} runs in-process; it has no Spark route)",
-                 session_seconds=0.0, total_seconds=time.perf_counter() - t0)
+    stats.update(execution="local", route=in_process_route(command).why, session_seconds=0.0,
+                 total_seconds=time.perf_counter() - t0)
     if stats_path:
         from smerge.jobs.outputs import write_stats
 

@@ -1,4 +1,4 @@
-"""In-process jobs, one module per engine (``cgm``, ``rtm``, ``wjoin``), and what they share:
+"""In-process jobs, one module per engine (``cgm``, ``rtm``, ``wjoin``, ``count``), and what they share:
 the inputs of a prepared run (``inputs``), its outputs (``outputs``), paths made absolute for
 Spark (``paths``), the route of a run (``route``), sampled archive reads (``sampling``) and the
 one pipeline every command runs through (``pipeline``). The Spark runners (``smerge.spark``)

@@ -1,12 +1,13 @@
 """The one run pipeline: Job -> route -> prepare -> run (in-process or on Spark) -> statistics.
 
 Every command that runs an engine goes through ``execute(job, options)``: ``smerge cgm``,
-``rtm`` and ``wjoin`` (one job each) and ``smerge batch`` (its jobs one after another, in one
-Spark session when they run on Spark). A CLI command is options -> Job -> ``execute`` -> print.
+``rtm``, ``wjoin`` and ``count`` (one job each) and ``smerge batch`` (its jobs one after another,
+in one Spark session when they run on Spark). A CLI command is options -> Job -> ``execute`` -> print.
 What differs between engines is a row of ``ENGINES``: how a job of that kind is prepared and run,
 which inputs decide its route and which archive inputs it samples; the skeleton is written once:
 
-1. the route (``smerge.jobs.route``): ``--local``, ``--master``, spark-submit, or the inputs' size;
+1. the route (``smerge.jobs.route``): ``--local``, ``--master``, spark-submit, or the inputs' size
+   (an engine without a Spark runner, ``count``, always runs in-process);
 2. sampled archive reads requested (``smerge.jobs.sampling``);
 3. on Spark, every local path made absolute (executors resolve paths from their own folder);
 4. prepare (inputs opened for their metadata, parameters and outputs checked) -- on Spark, for
@@ -51,7 +52,8 @@ class Engine:
     name: str
     prepare: Callable  # job -> prepared run
     run_local: Callable  # (prep, progress=) -> statistics
-    run_spark: Callable  # (prep, master=, partitions=, conf=, progress=, verbose=, spark=) -> statistics
+    run_spark: Callable | None  # (prep, master=, partitions=, conf=, progress=, verbose=, spark=) -> statistics;
+    # None: no Spark route (the run is in-process whatever the options say)
     inputs: Callable  # job -> the input paths that decide the route
     request_samples: Callable  # (job, options, spark) -> None
     sample_stats: Callable  # (result, job) -> None
@@ -92,16 +94,33 @@ def _rtm() -> Engine:
     return _merge_engine("rtm", prepare_rtm, run_rtm, "run_rtm_spark")
 
 
+def _sample_every_input(inputs: Callable) -> Callable:
+    """wjoin's and count's ``--sample F|auto``: every archive input of the job read with F."""
+    from smerge.jobs.sampling import apply_sample_all
+
+    return lambda j, o, spark: apply_sample_all(o.samples[0] if o.samples else None, inputs(j), spark=spark,
+                                                budget=o.budget)
+
+
 def _wjoin() -> Engine:
-    from smerge.jobs.sampling import apply_sample_all, wjoin_sample_stats
+    from smerge.jobs.sampling import wjoin_sample_stats
     from smerge.jobs.wjoin import prepare, run_local
 
     return Engine(
         name="wjoin", prepare=prepare, run_local=run_local,
         run_spark=_on_spark("smerge.spark.wjoin", "run_wjoin_spark"), inputs=lambda j: j.inputs,
-        request_samples=lambda j, o, spark: apply_sample_all(o.samples[0] if o.samples else None, j.inputs,
-                                                             spark=spark, budget=o.budget),
+        request_samples=_sample_every_input(lambda j: j.inputs),
         sample_stats=lambda r, j: wjoin_sample_stats(r, j.inputs))
+
+
+def _count() -> Engine:
+    from smerge.jobs.count import prepare, run_local
+    from smerge.jobs.sampling import count_sample_stats
+
+    return Engine(
+        name="count", prepare=prepare, run_local=run_local, run_spark=None, inputs=lambda j: (j.source,),
+        request_samples=_sample_every_input(lambda j: (j.source,)),
+        sample_stats=lambda r, j: count_sample_stats(r, j.source))
 
 
 def _pairs(job, options: RunOptions):
@@ -109,7 +128,7 @@ def _pairs(job, options: RunOptions):
     return (("--sample-a", a, job.a), ("--sample-b", b, job.b))
 
 
-ENGINES = {"CGMJob": _cgm, "RTMJob": _rtm, "WJoinJob": _wjoin}
+ENGINES = {"CGMJob": _cgm, "RTMJob": _rtm, "WJoinJob": _wjoin, "CountJob": _count}
 
 
 def engine_for(job) -> Engine:
@@ -119,8 +138,15 @@ def engine_for(job) -> Engine:
         raise TypeError(f"no engine runs a {type(job).__name__}") from None
 
 
+def in_process_route(command: str) -> Route:
+    """The route of a command that runs in-process only (count; gen, index build, archive append)."""
+    return Route(False, None, f"local ({command} runs in-process; it has no Spark route)")
+
+
 def route_for(job, options: RunOptions) -> Route:
     engine = engine_for(job)
+    if engine.run_spark is None:
+        return in_process_route(engine.name)
     spark_prepared = not options.local and engine.spark_prepared(job, dict(options.conf))
     return choose_route(local=options.local, master=options.master, inputs=tuple(engine.inputs(job)),
                         conf=dict(options.conf), spark_readers=spark_prepared)
@@ -128,9 +154,10 @@ def route_for(job, options: RunOptions) -> Route:
 
 def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = None,
             before_run: Callable[[Any], None] | None = None) -> dict:
-    """Run ``job`` (a ``CGMJob``, ``RTMJob`` or ``WJoinJob``) the way ``options`` say and return
-    its statistics. ``route``: decided already (``route_for``); ``before_run(job)``: a last check
-    by the caller once the route is known and paths are final (the CLI's ``--plot`` file)."""
+    """Run ``job`` (a ``CGMJob``, ``RTMJob``, ``WJoinJob`` or ``CountJob``) the way ``options``
+    say and return its statistics. ``route``: decided already (``route_for``); ``before_run(job)``:
+    a last check by the caller once the route is known and paths are final (the CLI's ``--plot``
+    file)."""
     t0 = time.perf_counter()
     engine = engine_for(job)
     conf = dict(options.conf)
@@ -193,4 +220,4 @@ def finish(result: dict, route: Route, t0: float, *, named_output: str | None, s
     return result
 
 
-__all__ = ["RunOptions", "Engine", "ENGINES", "engine_for", "route_for", "execute", "finish"]
+__all__ = ["RunOptions", "Engine", "ENGINES", "engine_for", "in_process_route", "route_for", "execute", "finish"]
