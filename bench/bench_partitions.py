@@ -85,7 +85,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from smerge.jobs import CGMJob, prepare, run_local
-    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.cgm.runner import run_cgm_spark
     from smerge.spark.session import start_session
 
     load0 = os.getloadavg()

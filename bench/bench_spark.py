@@ -117,7 +117,7 @@ def slabs_vs_spark_readers(a: str, b: str, out: str, repeat: int) -> list[str]:
     the shuffle plan (records read by Spark -- the smerge_netcdf data source for netCDF, Spark's
     Parquet reader for file:// URLs -- tagged with row ids and partitions, shuffled, cogrouped)."""
     from smerge.jobs import CGMJob, prepare
-    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.cgm.runner import run_cgm_spark
     from smerge.spark.session import start_session
 
     pa_, pb_ = to_parquet(a), to_parquet(b)

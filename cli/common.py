@@ -224,7 +224,7 @@ def merge_summary(s: dict) -> str:
     lines.append(f"  seconds   fetch {s['fetch_seconds']:.3f}  merge {s['merge_seconds']:.3f}  "
                  f"write {s['write_seconds']:.3f}  total {s['total_seconds']:.3f}")
     if s.get("execution") == "spark" and s.get("pairs_check"):
-        # P > 1: pairs an in-process run is expected to find (smerge.spark.windows)
+        # P > 1: pairs an in-process run is expected to find (smerge.spark.cgm.windows)
         exp = s.get("pairs_expected")
         lines.append(f"  expected  {s['pairs_check']}" if exp is None else
                      f"  expected  {exp:,} pairs in-process (estimate), found {s['pairs_found_share']:.1%}: "

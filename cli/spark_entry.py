@@ -7,7 +7,7 @@ from smerge.errors import UsageError
 
 def run_on_spark(prep, *, master: str, partitions: int | None, conf: dict, progress, verbose: bool) -> dict:
     try:
-        from smerge.spark.cgm import run_cgm_spark
+        from smerge.spark.cgm.runner import run_cgm_spark
     except ImportError:
         raise UsageError(
             f"Spark execution (--master {master}) is not available yet in this version; run with --local"

@@ -4,7 +4,7 @@ A ``CGMJob`` describes one merge as the user gave it (paths, key names, paramete
 opens the inputs (metadata only), resolves default keys, validates every parameter and the
 output paths, and returns a ``PreparedMerge``; nothing is written before that succeeds.
 ``run_local`` runs the engine in this process with dual buffering (background readers).
-The Spark runner (``smerge.spark.cgm``) takes the same ``PreparedMerge``.
+The Spark runner (``smerge.spark.cgm.runner``) takes the same ``PreparedMerge``.
 """
 
 from __future__ import annotations

@@ -70,12 +70,12 @@ def _on_spark(module: str, runner: str) -> Callable:
     return run
 
 
-def _merge_engine(name: str, prepare: Callable, run_local: Callable, runner: str, **more) -> Engine:
+def _merge_engine(name: str, prepare: Callable, run_local: Callable, module: str, runner: str, **more) -> Engine:
     """cgm and rtm: inputs A and B, sampled with --sample-a / --sample-b."""
     from smerge.jobs.sampling import apply_samples, sample_stats
 
     return Engine(
-        name=name, prepare=prepare, run_local=run_local, run_spark=_on_spark(f"smerge.spark.{name}", runner),
+        name=name, prepare=prepare, run_local=run_local, run_spark=_on_spark(module, runner),
         inputs=lambda j: (j.a, j.b),
         request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
         sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))), **more)
@@ -85,13 +85,14 @@ def _cgm() -> Engine:
     from smerge.jobs.cgm import prepare, run_local
     from smerge.jobs.inputs import needs_spark_readers
 
-    return _merge_engine("cgm", prepare, run_local, "run_cgm_spark", spark_prepared=needs_spark_readers)
+    return _merge_engine("cgm", prepare, run_local, "smerge.spark.cgm.runner", "run_cgm_spark",
+                         spark_prepared=needs_spark_readers)
 
 
 def _rtm() -> Engine:
     from smerge.jobs.rtm import prepare_rtm, run_rtm
 
-    return _merge_engine("rtm", prepare_rtm, run_rtm, "run_rtm_spark")
+    return _merge_engine("rtm", prepare_rtm, run_rtm, "smerge.spark.rtm", "run_rtm_spark")
 
 
 def _sample_every_input(inputs: Callable) -> Callable:

@@ -4,9 +4,10 @@
   ``runner``: the skeleton every runner runs in (session, staging folders removed at the end);
   ``actions``: jobs with a progress bar, task errors mapped to smerge's; ``parts``: the tasks'
   part files (written under a temporary name, renamed when complete).
-- The runners: ``cgm`` (planning in ``plan``, the partition task in ``tasks``, seam resolution
-  in ``seams``, the final outputs in ``assemble``), ``rtm``, ``wjoin`` (its tasks in
-  ``wjoin_tasks``).
+- The runners: the subpackage ``cgm`` (CGM only: ``cgm.runner``, planning in ``cgm.plan``, the
+  partitions' windows in ``cgm.windows``, the partition task in ``cgm.tasks`` with its row map
+  ``cgm.rows``, seam resolution in ``cgm.seams``, the final outputs in ``cgm.assemble``),
+  ``rtm``, ``wjoin`` (its tasks in ``wjoin_tasks``).
 - Inputs and outputs: ``frames`` (URLs read by Spark's own readers), ``netcdf`` (the
   ``smerge_netcdf`` data source), ``parquet`` (Parquet parts joined byte-for-byte).
 

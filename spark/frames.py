@@ -17,7 +17,7 @@ and the two inputs meet through a shuffle (the issue's second plan):
    (``choose_bounds``, as for slab pairing).
 3. **Tag and shuffle**: a ``mapInArrow`` pass gives each record its row id ``_row`` and the
    partition(s) that must see it (A: its owner; B: its owner and the neighbours within eps1,
-   the ownership rule of ``smerge.spark.tasks``), as a salted group key whose hash sends
+   the ownership rule of ``smerge.spark.cgm.tasks``), as a salted group key whose hash sends
    group p to shuffle partition p. Then ``cogroup(...).applyInArrow``: one call per partition
    with A's and B's records as two Arrow tables, sorted by ``_row`` (arrival order), merged by
    the unchanged engine task (``run_partition``), which writes its part files as in slab
@@ -321,7 +321,7 @@ def salts(spark, parts: int) -> list[int]:
 
 def _tag_fn(side: str, keys: tuple[str, ...], names: list[str], offsets: dict, bounds: tuple[float, ...],
             eps1: float, salt: list[int], rowed: bool, replicate: bool):
-    from smerge.spark.tasks import owner, visibility
+    from smerge.spark.cgm.tasks import owner, visibility
 
     bounds_arr = np.asarray(bounds, dtype=np.float64)
 
@@ -384,7 +384,7 @@ RESULT_SCHEMA = "p int, result binary"
 
 def cogroup_merge(ta, tb, plan, salt: list[int]):
     """The DataFrame of per-partition results (``p``, pickled ``run_partition`` dict)."""
-    from smerge.spark.tasks import run_partition
+    from smerge.spark.cgm.tasks import run_partition
 
     part_of = {v: p for p, v in enumerate(salt)}
 

@@ -174,7 +174,7 @@ def _warm(_):
     import smerge.datasets.netcdf_classic  # noqa: F401 - the size check of a netCDF open
     import smerge.merge._kernel  # noqa: F401 - the C kernels
     import smerge.spark.parquet  # noqa: F401 - the parts' footers
-    import smerge.spark.tasks  # noqa: F401
+    import smerge.spark.cgm.tasks  # noqa: F401
     import smerge.transport  # noqa: F401
     from smerge.datasets.base import backends
 

@@ -85,9 +85,9 @@ def test_cli_jobs_and_readers_do_not_load_pyspark():
 
 
 def test_spark_package_root_imports_nothing():
-    # executors import only the modules their tasks need (smerge.spark.tasks and what it imports)
-    loaded = _loaded_after("import smerge.spark.tasks", ("pyspark", "smerge.spark.session", "smerge.spark.runner",
-                                                         "smerge.spark.cgm"))
+    # executors import only the modules their tasks need (smerge.spark.cgm.tasks and what it imports)
+    loaded = _loaded_after("import smerge.spark.cgm.tasks", ("pyspark", "smerge.spark.session", "smerge.spark.runner",
+                                                         "smerge.spark.cgm.runner"))
     assert loaded == []
 
 

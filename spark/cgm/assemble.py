@@ -20,9 +20,9 @@ from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import OutputError
 from smerge.jobs.inputs import PreparedMerge
 from smerge.jobs.outputs import committed, open_outputs
+from smerge.spark.cgm.tasks import MergePlan, part_path, read_ipc_bytes
 from smerge.spark.parquet import ParquetConcatError, ParquetJoin
 from smerge.spark.parts import PartWriter, read_part
-from smerge.spark.tasks import MergePlan, part_path, read_ipc_bytes
 
 
 def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:

@@ -20,10 +20,10 @@ from smerge.errors import KeyNaNError, SmergeError, UsageError
 from smerge.jobs import PreparedMerge
 from smerge.spark.actions import arrow_batches, raise_task_error, run_job, session_conf, spark_action
 from smerge.spark.archive import pinned_sample
-from smerge.spark.tasks import SideSpec, key_columns
+from smerge.spark.cgm.tasks import SideSpec, key_columns
 
 SAMPLE_PER_CHUNK = 256  # k1 values per chunk for the boundaries
-ORDER_PER_CHUNK = 4096  # k1 values per chunk, in arrival order, for the partitions' windows (spark.windows)
+ORDER_PER_CHUNK = 4096  # k1 values per chunk, in arrival order, for the partitions' windows (spark.cgm.windows)
 
 
 @dataclass
@@ -347,7 +347,7 @@ def explicit_bounds(own: dict) -> tuple[float, ...] | None:
 
 def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bounds, own: dict, progress):
     """Slab pairing: (bounds, how each input was planned, chunk runs of A and B per partition,
-    the k1 samples in arrival order per input for ``smerge.spark.windows`` (None with one partition))."""
+    the k1 samples in arrival order per input for ``smerge.spark.cgm.windows`` (None with one partition))."""
     job = prep.job
     parts = partitions or default_partitions(prep, sc.defaultParallelism, own)
     if bounds == () or (bounds is None and parts == 1):

@@ -1,4 +1,4 @@
-"""A partition's map from local stream positions to values (``smerge.spark.tasks``)."""
+"""A partition's map from local stream positions to values (``smerge.spark.cgm.tasks``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Spark execution of the CGM merge: the driver side.
 
 ``run_cgm_spark(prep, master=...)`` runs the same engine as ``smerge.jobs.run_local`` inside
-Spark tasks, one task per range of the leading key (see ``smerge.spark.tasks`` for the
+Spark tasks, one task per range of the leading key (see ``smerge.spark.cgm.tasks`` for the
 co-partitioning and ownership rule), and returns the same statistics dict.
 
 Flow: (1) planning, only when P > 1: per chunk of the outermost dimension the count and the
@@ -34,13 +34,13 @@ from smerge.errors import InputError, UsageError
 from smerge.jobs import PreparedMerge, masked_stats, write_stats
 from smerge.merge import MergeStats
 from smerge.spark.actions import arrow_batches, run_job, session_conf, spark_action
-from smerge.spark.assemble import assemble_outputs, finish_parquet, start_join
-from smerge.spark import windows as pwin
-from smerge.spark.plan import explicit_bounds, frame_order, plan_frames, plan_slabs, side_spec
+from smerge.spark.cgm import windows as pwin
+from smerge.spark.cgm.assemble import assemble_outputs, finish_parquet, start_join
+from smerge.spark.cgm.plan import explicit_bounds, frame_order, plan_frames, plan_slabs, side_spec
+from smerge.spark.cgm.seams import raise_partition_errors, report_kappas, resolve_seams
+from smerge.spark.cgm.tasks import PART_KINDS, MergePlan, run_partition
 from smerge.spark.runner import SparkRun, run_on_spark
-from smerge.spark.seams import raise_partition_errors, report_kappas, resolve_seams
 from smerge.spark.session import DEFAULT_MASTER
-from smerge.spark.tasks import PART_KINDS, MergePlan, run_partition
 
 
 def run_cgm_spark(prep, *, master: str | None = DEFAULT_MASTER, partitions: int | None = None,
@@ -308,7 +308,7 @@ class _Estimate:
 
 
 def _partition_stats(plan: MergePlan, density, matched: int, estimate: _Estimate | None, why_not: str) -> dict:
-    """The partitions' windows and densities, and expected vs found pairs (spark.windows)."""
+    """The partitions' windows and densities, and expected vs found pairs (spark.cgm.windows)."""
     if plan.parts == 1:
         return {}
     out = {"partition_windows": [list(w) for w in plan.windows] if plan.windows else None,
@@ -356,7 +356,7 @@ def _kappa_max(sc, plan: MergePlan) -> dict:
 
     def task(_):
         from smerge.merge.ceiling import kappa_figures
-        from smerge.spark.tasks import key_columns
+        from smerge.spark.cgm.tasks import key_columns
 
         out = []
         for spec in (plan.a, plan.b):

@@ -1,6 +1,6 @@
 """Seams of a partitioned CGM run: the driver keeps at most one pair per shared B record.
 
-Partitions see B records within eps1 of a boundary on both sides (``smerge.spark.tasks``);
+Partitions see B records within eps1 of a boundary on both sides (``smerge.spark.cgm.tasks``);
 their pairs with such a record come back to the driver (*seam pairs*), which keeps the owner's
 pair, else the lowest partition's, and corrects the report windows' kappas for the dropped ones.
 """
@@ -13,7 +13,7 @@ import pyarrow as pa
 from smerge.errors import InputError
 from smerge.jobs import PreparedMerge
 from smerge.spark.actions import raise_task_error
-from smerge.spark.tasks import read_ipc_bytes
+from smerge.spark.cgm.tasks import read_ipc_bytes
 
 
 def raise_partition_errors(results: list[dict]) -> None:

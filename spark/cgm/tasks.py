@@ -1,5 +1,5 @@
 """The executor side of partitioned CGM: the per-partition merge task (the planning scans are in
-``smerge.spark.plan``).
+``smerge.spark.cgm.plan``).
 
 Nothing here needs a SparkSession; the functions are shipped to executors by reference
 (``smerge`` must be installed in the executors' interpreter). Only the fault-injection hook
@@ -16,7 +16,7 @@ Partitioning (docs/spark.md, "co-partitioning and ownership"):
   can form is therefore visible to the partition that owns its A record.
 - Each partition streams its A and B records in arrival order (ascending row id) through the
   unchanged CGM engine, with windows thinned to its share of the arrival order
-  (``smerge.spark.windows``). Pairs whose B record is not shared are final. Pairs whose B record is
+  (``smerge.spark.cgm.windows``). Pairs whose B record is not shared are final. Pairs whose B record is
   shared are *seam pairs*: the driver keeps, for each shared B record, the pair from its owner
   partition if there is one, else the one from the lowest partition; the A record of a dropped
   seam pair becomes unmatched. So every record is in at most one pair, and the result only
@@ -36,9 +36,9 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError, SmergeError
 from smerge.merge import CGMParams, MergeStats, cgm_merge
 from smerge.merge.keys import KeyedBatch, key_matrix, nan_rows
+from smerge.spark.cgm.rows import Rows as _Rows
+from smerge.spark.cgm.windows import task_params
 from smerge.spark.parts import PartWriter
-from smerge.spark.rows import Rows as _Rows
-from smerge.spark.windows import task_params
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,7 @@ class MergePlan:
     una_schema: pa.Schema | None = None
     unb_schema: pa.Schema | None = None
     prefetch: bool = True  # reader threads and a background part writer inside the task
-    # (N, K_A, K_B) per partition (smerge.spark.windows); None: the job's own in every partition
+    # (N, K_A, K_B) per partition (smerge.spark.cgm.windows); None: the job's own in every partition
     windows: tuple[tuple[int, int, int], ...] | None = None
     kill_once_partition: int | None = None
     kill_marker: str | None = None

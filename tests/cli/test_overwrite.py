@@ -310,7 +310,7 @@ COMMIT_RACE = """
 import os, sys
 from smerge.errors import OutputError
 from smerge.jobs import CGMJob, prepare
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 d, out = sys.argv[1], sys.argv[2]
 prep = prepare(CGMJob(a=f"{d}/A.parquet", b=f"{d}/B.parquet", keys_a=("k",), output=out + "/", overwrite=True))
 os.mkdir(out)  # a folder of the user's appears while the run is on

@@ -1,4 +1,4 @@
-"""Parquet parts joined while the merge job runs (smerge.spark.assemble.PartJoiner): parts are
+"""Parquet parts joined while the merge job runs (smerge.spark.cgm.assemble.PartJoiner): parts are
 appended in order as they appear; a part a retried task attempt wrote again is appended again,
 with every part after it."""
 
@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from smerge.datasets.writers import parquet_options
-from smerge.spark.assemble import PartJoiner
+from smerge.spark.cgm.assemble import PartJoiner
 from smerge.spark.parquet import PART_WRITE_OPTIONS, ParquetJoin
-from smerge.spark.tasks import part_path
+from smerge.spark.cgm.tasks import part_path
 
 SCHEMA = pa.schema([("x", pa.float64()), ("n", pa.int64())])
 

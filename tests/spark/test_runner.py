@@ -86,7 +86,7 @@ def _interrupt(*_a, **_k):
 
 
 def _cgm(tmp_path, a, b):
-    import smerge.spark.cgm as mod
+    import smerge.spark.cgm.runner as mod
     from smerge.jobs import CGMJob, prepare
 
     prep = prepare(CGMJob(a=a, b=b, output=str(tmp_path / "o.parquet"), keys_a=("k",), eps=0.5))

@@ -9,7 +9,7 @@ import pytest
 from spark_data import partially_sorted, write_stream
 
 from smerge.jobs import CGMJob, prepare, run_local
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 
 pytestmark = pytest.mark.slow
 

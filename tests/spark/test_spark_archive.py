@@ -38,7 +38,7 @@ def data(tmp_path_factory):
 
 def _cgm(spark, tmp, arch, b, f, parts, tag):
     from smerge.jobs import CGMJob, prepare, run_local
-    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.cgm.runner import run_cgm_spark
 
     out = {}
     for route in ("local", "spark"):
@@ -138,7 +138,7 @@ def test_a_fraction_from_the_environment_reaches_the_tasks(spark, tmp_path, data
     """SMERGE_ARCHIVE_SAMPLE set after the session started: the Python workers never see it, so
     the tasks read the sample because the driver pinned it."""
     from smerge.jobs import CGMJob, prepare, run_local
-    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.cgm.runner import run_cgm_spark
 
     arch, b = data
     monkeypatch.setenv("SMERGE_ARCHIVE_SAMPLE", "0.5")

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from smerge.errors import InputError
 from smerge.jobs import CGMJob, prepare, run_local
-from smerge.spark.cgm import run_cgm_spark
-from smerge.spark.plan import choose_bounds
+from smerge.spark.cgm.runner import run_cgm_spark
+from smerge.spark.cgm.plan import choose_bounds
 
 pytestmark = pytest.mark.slow
 
@@ -126,7 +126,7 @@ def test_shared_boundary_records_pair_once(spark, tmp_path):
 
 
 def test_report_kappas_take_dropped_seam_pairs_off_their_window():
-    from smerge.spark.seams import report_kappas
+    from smerge.spark.cgm.seams import report_kappas
 
     results = [{"p": 0, "windows": [(3, 4), (2, 4), (1, 1)]}, {"p": 1, "windows": []},
                {"p": 2, "windows": [(4, 4)]}]

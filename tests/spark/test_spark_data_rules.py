@@ -42,7 +42,7 @@ def run(capsys, *args):
 
 def test_spark_equals_local_on_transposed_offset_times_and_masks(tmp_path, capsys, spark):
     from smerge.jobs import CGMJob, prepare
-    from smerge.spark.cgm import run_cgm_spark
+    from smerge.spark.cgm.runner import run_cgm_spark
 
     a = grid(tmp_path / "a.nc")
     # B: same instants counted from 06:00 (values -6, 0, 6, 12), dimensions transposed.

@@ -25,7 +25,7 @@ from spark_data import partially_sorted, write_stream
 from smerge.datasets import open_input
 from smerge.errors import InputError, UsageError
 from smerge.jobs import CGMJob, needs_spark_readers, prepare, run_local
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 from smerge.spark.frames import frame_format
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 from cf_files import dangling, station_report
 
 from smerge.jobs import CGMJob, prepare, run_local
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 
 
 def contents(path) -> dict:

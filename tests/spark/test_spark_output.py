@@ -17,7 +17,7 @@ from smerge.cli.main import app
 from smerge.datasets.writers import parquet_options
 from smerge.errors import InputError, OutputError
 from smerge.jobs import CGMJob, prepare, run_local
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 from smerge.spark.parquet import PART_WRITE_OPTIONS, ParquetConcatError, _Reader, _Writer, concat_parquet
 
 SCHEMA = pa.schema([("x", pa.float64()), ("n", pa.int64()), ("s", pa.string()), ("f", pa.float32())])
@@ -152,7 +152,7 @@ def test_cli_local_writes_a_dataset_folder(tmp_path, ncar_dir):
 def test_default_partitions_keep_a_million_records_each():
     from types import SimpleNamespace
 
-    from smerge.spark.plan import default_partitions
+    from smerge.spark.cgm.plan import default_partitions
 
     def prep(na, nb):
         return SimpleNamespace(src_a=SimpleNamespace(num_rows=na), src_b=SimpleNamespace(num_rows=nb))
@@ -168,7 +168,7 @@ def test_task_threads_only_when_tasks_leave_cores_free():
     from types import SimpleNamespace
 
     from smerge.errors import UsageError
-    from smerge.spark.cgm import _task_threads
+    from smerge.spark.cgm.runner import _task_threads
 
     local1 = SimpleNamespace(master="local[1]", defaultParallelism=1)
     cluster = SimpleNamespace(master="spark://h:7077", defaultParallelism=16)

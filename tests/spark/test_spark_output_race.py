@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 from spark_data import partially_sorted, write_stream
 
-import smerge.spark.assemble as assemble
+import smerge.spark.cgm.assemble as assemble
 from smerge.errors import OutputError
 from smerge.jobs import CGMJob, prepare
-from smerge.spark.cgm import run_cgm_spark
+from smerge.spark.cgm.runner import run_cgm_spark
 
 
 @pytest.mark.slow

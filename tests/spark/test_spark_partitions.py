@@ -1,5 +1,5 @@
 """P > 1 finds what --local finds (issue 15 item 2): partitions run windows thinned to their
-share of the arrival order (smerge.spark.windows), and the run reports the pairs an in-process
+share of the arrival order (smerge.spark.cgm.windows), and the run reports the pairs an in-process
 run is expected to find beside the pairs it found."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import pytest
 from smerge.jobs import CGMJob, prepare, run_local
 from smerge.merge import CGMParams
 from smerge.merge.params import MergeKeys
-from smerge.spark import windows as pwin
-from smerge.spark.cgm import run_cgm_spark
-from smerge.spark.tasks import SideSpec
+from smerge.spark.cgm import windows as pwin
+from smerge.spark.cgm.runner import run_cgm_spark
+from smerge.spark.cgm.tasks import SideSpec
 
 EPS = 0.01
 

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from smerge.datasets import open_input
-from smerge.spark.plan import ORDER_PER_CHUNK, SAMPLE_PER_CHUNK, needed_runs, outer_runs, scan_chunks
-from smerge.spark.tasks import SideSpec, key_columns
+from smerge.spark.cgm.plan import ORDER_PER_CHUNK, SAMPLE_PER_CHUNK, needed_runs, outer_runs, scan_chunks
+from smerge.spark.cgm.tasks import SideSpec, key_columns
 
 
 def _point_list(path, values, *, dtype="f8", attrs=None, fill=None, scale=None, name="time"):
@@ -128,7 +128,7 @@ def test_outer_runs_are_exact_and_agree_with_chunk_runs():
     assert outer_runs(k1, -np.inf, 2, False, True) == ((0, 2), (4, 5))
     assert outer_runs(k1, 100, np.inf, False, False) == ()
     # Every index an exact run holds is in a chunk the chunk-level rule reads.
-    from smerge.spark.plan import coord_chunk_stats
+    from smerge.spark.cgm.plan import coord_chunk_stats
 
     spec = SideSpec(path="x", keys=("t",), variables=None, batch_rows=3, schema=None, step=3, inner=1,
                     outer=k1.size)

@@ -1,8 +1,8 @@
-"""The partition row map (smerge.spark.rows.Rows) equals the explicit array it replaces."""
+"""The partition row map (smerge.spark.cgm.rows.Rows) equals the explicit array it replaces."""
 
 import numpy as np
 
-from smerge.spark.rows import Rows
+from smerge.spark.cgm.rows import Rows
 
 
 def test_rows_runs_and_explicit_values_match_an_explicit_array():

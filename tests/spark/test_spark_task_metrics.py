@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from spark_data import partially_sorted, write_stream
 
 from smerge.jobs import CGMJob, prepare
-from smerge.spark.cgm import run_cgm_spark
-from smerge.spark.tasks import inside_range, owner, visibility
+from smerge.spark.cgm.runner import run_cgm_spark
+from smerge.spark.cgm.tasks import inside_range, owner, visibility
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 import bench_spark  # noqa: E402
