@@ -1,6 +1,7 @@
 """A netCDF4.Dataset look-alike over other array stores (Zarr, GRIB, HDF5 over byte ranges).
 
-The netCDF reader (``datasets/netcdf.py``) implements every CF rule once, against the small
+The netCDF reader (``datasets/netcdf.py`` with ``netcdf_file``, ``netcdf_grid`` and
+``netcdf_slabs``) implements every CF rule once, against the small
 part of netCDF4-python's surface it uses. Other formats give it this adapter: named variables
 on named dimensions with attributes, whose reads are masked and unpacked as netCDF4 does with
 ``set_auto_maskandscale(True)`` and ``set_always_mask(True)``:

@@ -180,7 +180,7 @@ class GridWriter:
         return netCDF4.Dataset(self.path, "w", format="NETCDF4")
 
     def _close(self) -> None:
-        from smerge.datasets.netcdf import NC_LOCK, _open
+        from smerge.datasets.netcdf_file import NC_LOCK, _open
 
         g = self.grid
         # A as the reader opens it: a local netCDF file, or a Zarr store, GRIB or remote netCDF-4

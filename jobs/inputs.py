@@ -121,7 +121,7 @@ def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
     def masked(src) -> int:
         if src.grid is None:  # not netCDF: no valid_* attributes (and no netCDF module to import)
             return 0
-        from smerge.datasets.netcdf import masked_values
+        from smerge.datasets.netcdf_slabs import masked_values
 
         return masked_values(src, read_here=read_here)
 

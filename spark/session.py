@@ -170,24 +170,24 @@ def start_session(master: str | None = DEFAULT_MASTER, conf: dict[str, str] | No
 
 def _warm(_):
     import pyarrow.parquet as pq  # the part writer
-    import smerge.datasets.netcdf as nc
     import smerge.datasets.netcdf_classic  # noqa: F401 - the size check of a netCDF open
     import smerge.merge._kernel  # noqa: F401 - the C kernels
     import smerge.spark.parquet  # noqa: F401 - the parts' footers
     import smerge.spark.cgm.tasks  # noqa: F401
     import smerge.transport  # noqa: F401
     from smerge.datasets.base import backends
+    from smerge.datasets.netcdf_file import _netcdf4
 
     # What a merge task's first open_input imports otherwise (measured: netCDF4 and cftime, the
     # whole backend registry, the archive reader), in the first task of every worker.
     backends()
-    nc._netcdf4()
+    _netcdf4()
     import smerge.spark.archive  # noqa: F401
 
     # The first netCDF-4 open and the first Parquet write of a process initialise their
     # libraries (HDF5; Parquet's writer): measured 0.1-0.2 s more in the first merge task
     # than in the others. Pay them here, in memory.
-    nc._netcdf4().Dataset("smerge-warm.nc", "w", diskless=True, persist=False, format="NETCDF4").close()
+    _netcdf4().Dataset("smerge-warm.nc", "w", diskless=True, persist=False, format="NETCDF4").close()
     pq.write_table(pa.table({"x": pa.array([0.0])}), pa.BufferOutputStream())
     # glibc serves blocks above its mmap threshold (128 KiB at start) by fresh mmaps, faulted in
     # page by page on every use, and raises the threshold to the size of a freed mmapped block
