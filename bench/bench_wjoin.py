@@ -29,7 +29,9 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
-from smerge.merge.wjoin import WJoinParams, WJoinStats, wjoin
+from smerge.merge.wjoin import wjoin
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_stats import WJoinStats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402 - bench/common.py

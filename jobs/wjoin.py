@@ -21,7 +21,10 @@ from smerge.datasets.writers import DATASET_FORMAT, check_output_schema
 from smerge.errors import UsageError
 from smerge.jobs.outputs import check_run_outputs, write_stats
 from smerge.merge.values import Duration, parse_duration
-from smerge.merge.wjoin import WJoinParams, WJoinStats, make_plan, wjoin
+from smerge.merge.wjoin import wjoin
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_plan import make_plan
+from smerge.merge.wjoin_stats import WJoinStats
 from smerge.transport import Prefetcher
 
 

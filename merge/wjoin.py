@@ -21,14 +21,16 @@ counts as +infinity (no later record of it can join).
 Memory: the buffers (records the rule keeps) plus one chunk of input per stream — never the
 whole stream. ``WJoinStats.peak_buffered`` reports the buffers per arrival as the rule defines
 them; ``peak_held`` the records physically held (buffer + current chunk + read-ahead).
+
+This module is the engine; the parameters are in ``wjoin_params``, the statistics in
+``wjoin_stats``, the plan (time kinds, bounds, probe orders, output schema) in ``wjoin_plan``,
+the hashing of equality keys in ``wjoin_hashing`` and the compiled loops in ``_wjoin_kernel``.
 """
+
 
 from __future__ import annotations
 
-import math
-import re
 import time
-from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -38,9 +40,11 @@ import pyarrow.compute as pc
 from smerge.errors import InputError, UsageError
 from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
-from smerge.merge.hashing import mix64 as _mix
 from smerge.merge.stats import BoundedSeries
-from smerge.merge.values import NS_PER_UNIT, Duration, parse_duration
+from smerge.merge.wjoin_hashing import hash_terms, hash_values
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_plan import Plan, make_plan
+from smerge.merge.wjoin_stats import WJoinStats
 
 DEFAULT_OUTPUT_ROWS = 65536
 # Partial tuples of one level above which a block of arrivals is cut (2^18: the index arrays and
@@ -52,388 +56,6 @@ SPLIT_TUPLES = 1 << 18
 # written: 4M keeps a 3-way step under ~1 GB (32M reached 5.5 GB and was killed by a 2 GB
 # address-space limit with an inequality between two of the streams).
 MAX_PARTIAL_TUPLES = 4_000_000
-METHODS = ("auto", "hash", "nested-loop")
-_ALIAS_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-# ---- parameters -----------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class WJoinParams:
-    """Parameters of the W-join (docs/semantics.md section 6), validated at construction.
-
-    ``time``: the time column of each stream (one name for all, or one per stream).
-    ``window``: the uniform bound for every pair (None: only ``pair_windows``).
-    ``pair_windows``: ``(i, j, bound)`` with 0-based stream numbers; ``bound`` None removes the
-    pair's constraint. ``on``: columns joined by equality across all streams; ``where``: a
-    predicate (merge/expr.py). ``method``: "auto" (hash buckets when the equalities cover all
-    streams), "hash" (required) or "nested-loop" (scan the window period).
-    """
-
-    n_streams: int
-    time: tuple[str, ...]
-    window: Duration | None = None
-    pair_windows: tuple[tuple[int, int, Duration | None], ...] = ()
-    on: tuple[str, ...] = ()
-    where: str | None = None
-    aliases: tuple[str, ...] = ()
-    with_ids: bool = False
-    method: str = "auto"
-
-    def __post_init__(self) -> None:
-        n = self.n_streams
-        if n < 2:
-            raise UsageError(f"W-join needs at least 2 streams, got {n}")
-        t = tuple(self.time)
-        if len(t) == 1:
-            t = t * n
-        if len(t) != n or not all(t):
-            raise UsageError(f"--time names {len(self.time)} columns for {n} streams; give one name or one per stream")
-        object.__setattr__(self, "time", t)
-        aliases = tuple(self.aliases) or tuple(f"S{i + 1}" for i in range(n))
-        if len(aliases) != n:
-            raise UsageError(f"--aliases gives {len(aliases)} names for {n} streams")
-        for a in aliases:
-            if not _ALIAS_RE.match(a):
-                raise UsageError(f"alias {a!r} is not a name (letters, digits, _; not starting with a digit)")
-        if len({a.lower() for a in aliases}) != n:
-            raise UsageError(f"aliases {', '.join(aliases)} are not distinct")
-        object.__setattr__(self, "aliases", aliases)
-        if self.window is not None:
-            object.__setattr__(self, "window", parse_duration(self.window, "--window"))
-        pw = []
-        for i, j, d in self.pair_windows:
-            if not (0 <= i < n and 0 <= j < n) or i == j:
-                raise UsageError(f"--pair-window {i + 1},{j + 1}: stream numbers must be two different values "
-                                 f"in 1..{n}")
-            pw.append((i, j, None if d is None else parse_duration(d, "--pair-window")))
-        object.__setattr__(self, "pair_windows", tuple(pw))
-        if self.method not in METHODS:
-            raise UsageError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
-        if self.window is None and not pw:
-            raise UsageError("no window: give --window DUR (all pairs) and/or --pair-window I,J=DUR")
-        self.constraint_graph()  # connectivity check
-
-    def constraint_graph(self) -> dict[tuple[int, int], Duration]:
-        """The constrained pairs (i < j) and their bounds; raises when they do not connect all streams."""
-        n = self.n_streams
-        g: dict[tuple[int, int], Duration] = {}
-        if self.window is not None:
-            g = {(i, j): self.window for i in range(n) for j in range(i + 1, n)}
-        for i, j, d in self.pair_windows:
-            key = (min(i, j), max(i, j))
-            if d is None:
-                g.pop(key, None)
-            else:
-                g[key] = d
-        comp = {0}
-        frontier = [0]
-        while frontier:
-            u = frontier.pop()
-            for (a, b) in g:
-                for x, y in ((a, b), (b, a)):
-                    if x == u and y not in comp:
-                        comp.add(y)
-                        frontier.append(y)
-        if len(comp) != n:
-            left = [self.aliases[i] for i in range(n) if i not in comp]
-            raise UsageError(
-                f"the window constraints do not connect all streams: {', '.join(left)} "
-                f"{'is' if len(left) == 1 else 'are'} not linked to {self.aliases[0]} by any chain of bounds, so "
-                "their buffers would grow without limit; add --window or --pair-window I,J=DUR")
-        return g
-
-
-def _floor_ticks(x: float) -> int:
-    """A bound in whole ticks, at most int64's largest (a longer bound is as good as none)."""
-    return int(min(math.floor(x + 1e-9), INT_POS))
-
-
-def resolve_bound(d: Duration, kind: str, what: str = "window") -> int | float:
-    """A bound in the time representation of ``kind`` (see ``_time_kind``): int64 ns
-    ("datetime"), int64 us ("datetime_us", and "cf:<calendar>" for decoded CF times in other
-    calendars), int (integer times) or float. A plain number on a decoded CF time is refused:
-    its unit would be a guess."""
-    if kind.startswith(("datetime", "cf:")):
-        base, _, plain_unit = kind.partition("@")
-        ns_per_raw = 1 if base.split("+")[0] == "datetime" else 1000
-        if d.unit is None:
-            if base.endswith("+cf") or base.startswith("cf:"):
-                raise UsageError(f"{what} {d} has no unit and the time is a decoded CF time; give a duration "
-                                 "such as 6h, 30min or 2d")
-            if not plain_unit:
-                raise UsageError(f"{what} {d} has no unit and the streams' timestamps have different units; give "
-                                 "a duration such as 90s, 30min or 6h")
-            # A plain number is in the time columns' own unit (seconds for timestamp[s], ...).
-            return _floor_ticks(d.value * NS_PER_UNIT[plain_unit] / ns_per_raw)
-        # decoded CF times carry their calendar in the kind ("cf:360_day"); the others are standard
-        return _floor_ticks(d.nanoseconds(kind[3:] if kind.startswith("cf:") else None, what) / ns_per_raw)
-    if d.unit:
-        raise UsageError(f"{what} {d} has a unit but the time column is a plain number; give the bound as a plain "
-                         "number in the time column's unit")
-    if kind == "int":
-        return _floor_ticks(d.value)
-    return float(d.value)
-
-
-# ---- statistics -----------------------------------------------------------------------------
-
-@dataclass
-class WJoinStats:
-    aliases: tuple[str, ...] = ()
-    method: str = ""
-    tuples: int = 0
-    records_read: list[int] = field(default_factory=list)
-    peak_buffered: list[int] = field(default_factory=list)
-    peak_buffered_total: int = 0
-    peak_held: list[int] = field(default_factory=list)
-    chunks: int = 0
-    block_splits: int = 0  # blocks of arrivals halved to bound the partial tuples held at once
-    join_seconds: float = 0.0
-    # After each chunk: records read, tuples so far, records buffered per stream (at most
-    # stats.MAX_SERIES rows, evenly thinned; for `smerge plot`).
-    timeline: BoundedSeries | None = None
-    extra: dict = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        a = self.aliases
-        d = {
-            "algorithm": "wjoin", "method": self.method, "streams": len(a), "tuples": self.tuples,
-            "records_read": dict(zip(a, self.records_read)), "peak_buffered": dict(zip(a, self.peak_buffered)),
-            "peak_buffered_total": self.peak_buffered_total, "peak_held": dict(zip(a, self.peak_held)),
-            "chunks": self.chunks, "block_splits": self.block_splits, "join_seconds": self.join_seconds,
-        }
-        if self.timeline is not None and self.timeline.rows:
-            d["timeline"] = self.timeline.as_dict()
-        d.update(self.extra)
-        return d
-
-
-# ---- the plan: everything derived from params + schemas, once ------------------------------
-
-def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str],
-               sources: Sequence[str] | None = None) -> str:
-    """One time representation for all streams: "datetime" (int64 ns; some stream has ns
-    timestamps), "datetime_us" (int64 us: every timestamp is s/ms/us or a date, e.g. decoded CF
-    times), "cf:<calendar>" (decoded CF times in a non-standard calendar, int64 us), "int" or
-    "float". A "+cf" suffix marks decoded CF times (plain-number bounds are refused).
-    ``sources`` (the inputs' paths, optional) name the streams in the messages."""
-    kinds: dict[str, list[str]] = {}
-    cf = False
-    names = [f"{a} ({src})" if src else a for a, src in zip(aliases, sources or [None] * len(aliases))]
-    for k, (s, c, a, name) in enumerate(zip(schemas, cols, aliases, names)):
-        if c not in s.names:
-            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time, or choose "
-                             f"variables on a time dimension with --vars {k + 1}=V1,V2)")
-        f = s.field(c)
-        t, md = f.type, f.metadata or {}
-        cf = cf or b"smerge.cf_units" in md
-        if b"smerge.cf_units" in md and not pa.types.is_timestamp(t):
-            k = f"cf:{md.get(b'calendar', b'?').decode()}"
-        elif pa.types.is_timestamp(t):
-            k = "datetime" if t.unit == "ns" else "datetime_us"
-        elif pa.types.is_date(t):
-            k = "datetime_us"
-        elif pa.types.is_integer(t):
-            k = "int"
-        elif pa.types.is_floating(t):
-            k = "float"
-        else:
-            raise UsageError(f"{name}: time column {c!r} has type {t}; it must be numeric or a datetime")
-        kinds.setdefault(k, []).append(f"{name} has {c!r} as {_kind_words(k)}")
-    groups = {("time" if k.startswith(("datetime", "cf:")) else "number") for k in kinds}
-    cals = [k for k in kinds if k.startswith("cf:")]
-    if len(groups) > 1 or len(cals) > 1 or (cals and len(kinds) > 1):
-        raise UsageError("time columns cannot be compared: " + "; ".join(x for v in kinds.values() for x in v)
-                         + "; give every stream the same kind of time (and the same calendar)")
-    if cals:
-        return cals[0]
-    # The unit a plain-number bound is in: the timestamps' own unit when all streams share one.
-    units = {s.field(c).type.unit if pa.types.is_timestamp(s.field(c).type) else "?" for s, c in zip(schemas, cols)}
-    plain = f"@{units.pop()}" if len(units) == 1 and "?" not in units else ""
-    if "datetime" in kinds:
-        return ("datetime+cf" if cf else "datetime") + plain
-    if "datetime_us" in kinds:
-        return ("datetime_us+cf" if cf else "datetime_us") + plain
-    return "float" if "float" in kinds else "int"
-
-
-def _kind_words(k: str) -> str:
-    if k.startswith("cf:"):
-        return f"time in the {k[3:]} calendar"
-    return {"datetime": "timestamp[ns]", "datetime_us": "timestamp", "int": "integer", "float": "number"}[k]
-
-
-@dataclass
-class _Plan:
-    n: int
-    kind: str
-    wmat: np.ndarray  # direct bounds (inf = none), float64 for checks
-    dist: np.ndarray  # shortest paths, in the time dtype
-    dtype: type
-    predicate: X.Node | None
-    hash_terms: list[list[X.Col]] | None  # per stream: its term of each full equality class
-    orders: list[list[int]]  # per arriving stream: the other streams, in probe order
-    level_conj: list[list[list[X.Node]]]  # [arriving stream][level] -> conjuncts to apply
-    out_schema: pa.Schema
-    out_names: list[list[tuple[str, str]]]  # per stream: (column, output name)
-    id_names: list[str]
-    aliases: tuple[str, ...] = ()
-
-
-def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Sequence[str] | None = None) -> _Plan:
-    n = params.n_streams
-    if len(schemas) != n:
-        raise UsageError(f"{len(schemas)} schemas for {n} streams")
-    kind = _time_kind(schemas, params.time, params.aliases, sources)
-    g = params.constraint_graph()
-    inf = math.inf
-    w = np.full((n, n), inf)
-    for (i, j), d in g.items():
-        w[i, j] = w[j, i] = resolve_bound(d, kind, f"window {params.aliases[i]},{params.aliases[j]}")
-    np.fill_diagonal(w, 0)
-    dist = w.copy()
-    for k in range(n):  # Floyd-Warshall on <= a handful of streams
-        dist = np.minimum(dist, dist[:, [k]] + dist[[k], :])
-    dtype = np.float64 if kind == "float" else np.int64
-    if dtype is np.int64:
-        dist_t = np.array([[int(min(v, INT_POS // 4)) for v in row] for row in dist], dtype=np.int64)
-    else:
-        dist_t = dist.astype(np.float64)
-    # predicate: --on equalities + --where
-    conj: list[X.Node] = []
-    for c in params.on:
-        for s, a in enumerate(params.aliases):
-            if c not in schemas[s].names:
-                raise UsageError(f"--on {c}: stream {a} has no column {c!r}; it has {', '.join(schemas[s].names)}")
-        text = " and ".join(f"{params.aliases[0]}.{c} == {params.aliases[s]}.{c}" for s in range(1, n))
-        conj += X.conjuncts(X.parse_expr(text, params.aliases, schemas))
-    if params.where:
-        conj += X.conjuncts(X.parse_expr(params.where, params.aliases, schemas))
-    predicate = X.conjoin(conj)
-    hash_terms = _full_classes(conj, n)
-    method = params.method
-    if method == "hash" and hash_terms is None:
-        raise UsageError("HW-join (method hash) needs equalities linking every stream (--on COLS or "
-                         "S1.a = S2.a = ... in --where); none cover all streams")
-    if method == "nested-loop":
-        hash_terms = None
-    orders, level_conj = [], []
-    sets = [X.streams_of(c) for c in conj]
-    for i in range(n):
-        bound, order = [i], []
-        while len(order) < n - 1:
-            rest = [j for j in range(n) if j not in bound]
-            def score(j):
-                # Prefer a stream an equality links to the bound ones (a hash probe), then the
-                # nearest in time, then the one that closes the most conjuncts.
-                closes = sum(1 for s in sets if j in s and s <= set(bound) | {j})
-                linked = any(j in s and s <= set(bound) | {j} and X.equality_terms(c) is not None
-                             for c, s in zip(conj, sets))
-                return (not linked, min(dist[b, j] for b in bound), -closes, j)
-            j = min(rest, key=score)
-            order.append(j)
-            bound.append(j)
-        levels: list[list[X.Node]] = [[] for _ in range(n)]
-        for c, s in zip(conj, sets):
-            lvl = max((bound.index(x) for x in s), default=0)
-            levels[lvl].append(c)
-        orders.append(order)
-        level_conj.append(levels)
-    out_fields, out_names, id_names = [], [], []
-    used = set()
-    for s, a in enumerate(params.aliases):
-        names = []
-        for f in schemas[s]:
-            nm = f"{a}_{f.name}"
-            names.append((f.name, nm))
-            out_fields.append(f.with_name(nm))  # keeps the field metadata (a CF time's units, calendar)
-            used.add(nm)
-        out_names.append(names)
-    if params.with_ids:
-        for a in params.aliases:
-            nm = f"{a}_row"
-            while nm in used:
-                nm += "_"
-            used.add(nm)
-            id_names.append(nm)
-            out_fields.append(pa.field(nm, pa.int64()))
-    return _Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
-                 orders=orders, level_conj=level_conj, out_schema=pa.schema(out_fields), out_names=out_names,
-                 id_names=id_names, aliases=tuple(params.aliases))
-
-
-def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
-    """Equality classes (union of ``Si.a == Sj.b`` conjuncts) that hold a term of every stream."""
-    parent: dict = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    for c in conj:
-        eq = X.equality_terms(c)
-        if eq:
-            l, r = eq
-            parent[find((l.stream, l.name))] = find((r.stream, r.name))
-    classes: dict = {}
-    kinds: dict = {}
-    for c in conj:
-        eq = X.equality_terms(c)
-        if eq:
-            for t in eq:
-                classes.setdefault(find((t.stream, t.name)), {}).setdefault(t.stream, t)
-                kinds[find((t.stream, t.name))] = t.kind
-    full = [cls for cls in classes.values() if len(cls) == n]
-    if not full:
-        return None
-    return [[cls[s] for cls in full] for s in range(n)]
-
-
-# ---- hashing of equality keys ---------------------------------------------------------------
-
-
-
-def _hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
-    """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
-    if kind in ("num", "bool"):
-        v = X.to_numpy(pc.cast(col, pa.float64()))
-        v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
-        return _mix(v.view(np.uint64))
-    if kind == "time":
-        # (seconds, nanoseconds within the second) from the column's own unit: equal instants
-        # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
-        t = col.type
-        if pa.types.is_date32(t):
-            col = pc.cast(col, pa.timestamp("s"))
-        elif pa.types.is_date64(t):
-            col = pc.cast(col, pa.timestamp("ms"))
-        per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
-        v = X.to_numpy(pc.cast(col, pa.int64()).fill_null(0)).astype(np.int64)
-        sec, sub = np.divmod(v, np.int64(per_s))
-        sub = sub * np.int64(10**9 // per_s)
-        return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))
-    import pandas as pd
-
-    v = pc.cast(col, pa.string()).to_numpy(zero_copy_only=False)
-    return pd.util.hash_array(v.astype(object)).astype(np.uint64)
-
-
-def _hash_values(columns: Sequence[tuple[pa.Array | pa.ChunkedArray, str]], rows: int) -> np.ndarray:
-    """One hash per row over several (column, term kind) pairs, in order."""
-    h = np.zeros(rows, np.uint64)
-    with np.errstate(over="ignore"):
-        for col, kind in columns:
-            h = _mix(h * np.uint64(31) + _hash_column(col, kind))
-    return h
-
-
-def _hash_terms(table: pa.Table, terms: Sequence[X.Col]) -> np.ndarray:
-    return _hash_values([(table.column(t.name), t.kind) for t in terms], table.num_rows)
-
-
-# ---- the engine -----------------------------------------------------------------------------
 
 class _Stream:
     """One input: its reader, read-ahead (pending) and W-join buffer."""
@@ -490,11 +112,7 @@ def wjoin(streams: Sequence[Iterable[pa.RecordBatch]], schemas: Sequence[pa.Sche
                 trace)
 
 
-def output_schema(schemas: Sequence[pa.Schema], params: WJoinParams) -> pa.Schema:
-    return make_plan(schemas, params).out_schema
-
-
-def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, sources, output_rows: int, trace):
+def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, sources, output_rows: int, trace):
     n = plan.n
     sources = list(sources) if sources else list(params.aliases)
     st = [_Stream(it, sch, params.time[i], sources[i], plan.dtype) for i, (it, sch) in enumerate(zip(streams, schemas))]
@@ -525,7 +143,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
                 raise InputError(f"{s.name}: time column {s.time_col!r} decreases at row {s.rows_read + d}; "
                                  "W-join needs every stream in non-decreasing time order (sort it first)")
             s.last_t = t[-1]
-            h = _hash_terms(tab, plan.hash_terms[i]) if plan.hash_terms is not None else np.empty(0, np.uint64)
+            h = hash_terms(tab, plan.hash_terms[i]) if plan.hash_terms is not None else np.empty(0, np.uint64)
             rows = np.arange(s.rows_read, s.rows_read + tab.num_rows, dtype=np.int64)
             s.rows_read += tab.num_rows
             s.pend = pa.concat_tables([s.pend, tab]) if s.pend.num_rows else tab
@@ -567,7 +185,7 @@ def _run(plan: _Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, 
     stats.join_seconds += time.perf_counter() - t_start
 
 
-def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
+def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
            output_rows: int, trace: list | None = None, block: list | None = None) -> Iterator[pa.RecordBatch]:
     """The output of one chunk of arrivals, block by block; the buffers and the purge pointers
     are updated when the generator is exhausted (the caller drains it before the next chunk)."""
@@ -676,7 +294,7 @@ def _chunk(plan: _Plan, st: list[_Stream], takes: list[int], latest: np.ndarray,
         s.pend_t, s.pend_h, s.pend_row = s.pend_t[k:], s.pend_h[k:], s.pend_row[k:]
 
 
-def _pair_probe(plan: _Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) -> list[tuple[X.Col, X.Col]]:
+def _pair_probe(plan: Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) -> list[tuple[X.Col, X.Col]]:
     """Equality conjuncts ``Sj.x == Sb.y`` (b already bound) usable as hash probes into stream
     j, as (column of j, column of b) pairs in a fixed order."""
     out = []
@@ -692,7 +310,7 @@ def _pair_probe(plan: _Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) 
     return sorted(out, key=lambda p: (p[0].name, p[1].stream, p[1].name))
 
 
-def _too_large(plan: _Plan, i: int, j: int, bound: list[int], total: int, probed: bool = False) -> UsageError:
+def _too_large(plan: Plan, i: int, j: int, bound: list[int], total: int, probed: bool = False) -> UsageError:
     windows = ", ".join(f"{plan.aliases[b]},{plan.aliases[j]} <= {plan.wmat[b, j]:g}" for b in bound
                         if np.isfinite(plan.wmat[b, j])) or "none direct (a chain of windows)"
     if probed:
@@ -712,7 +330,7 @@ class _Split(Exception):
     """A block of arrivals would form too many partial tuples at once: halve it."""
 
 
-def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack,
+def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack,
             pair_buckets: dict | None = None, can_split: bool = False):
     """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream).
 
@@ -765,8 +383,8 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
         elif probes:
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
-                pair_buckets[key] = BucketIndex(_hash_terms(comb_tab[j], [p[0] for p in probes]))
-            hp = _hash_values([(comb_tab[cb.stream].column(cb.name).take(X.from_numpy(mem[cb.stream])), cj.kind)
+                pair_buckets[key] = BucketIndex(hash_terms(comb_tab[j], [p[0] for p in probes]))
+            hp = hash_values([(comb_tab[cb.stream].column(cb.name).take(X.from_numpy(mem[cb.stream])), cj.kind)
                                for cj, cb in probes], a_idx.shape[0])
             parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit)
         else:
@@ -804,5 +422,4 @@ def _expand(plan: _Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_
     return a_idx, [mem[j] for j in range(n)]
 
 
-__all__ = ["Duration", "parse_duration", "WJoinParams", "WJoinStats", "resolve_bound", "make_plan", "wjoin",
-           "output_schema", "DEFAULT_OUTPUT_ROWS", "METHODS"]
+__all__ = ["wjoin", "DEFAULT_OUTPUT_ROWS", "SPLIT_TUPLES", "MAX_PARTIAL_TUPLES"]

@@ -9,7 +9,7 @@ HW-join (equalities link every stream), P partitions:
 1. *Split* (executors, one task per chunk of each input): read the chunk in Python
    (``smerge.datasets``: netCDF, Parquet, CSV, Arrow), check the time column (present,
    non-decreasing), hash every record's equality key with the engine's own hash
-   (``smerge.merge.wjoin._hash_terms``: SQL-equal values hash equal across streams) and append
+   (``smerge.merge.wjoin_hashing.hash_terms``: SQL-equal values hash equal across streams) and append
    it, with its row id, to the Arrow file of partition ``hash % P``. Every record goes to exactly
    one partition, and every tuple's members (equal keys) to the same one.
 2. *Join* (one task per partition): each stream's records of the partition are read back in
@@ -47,7 +47,9 @@ import pyarrow as pa
 
 from smerge.errors import InputError
 from smerge.jobs.outputs import committed, write_stats
-from smerge.merge.wjoin import WJoinParams, WJoinStats, make_plan
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_plan import make_plan
+from smerge.merge.wjoin_stats import WJoinStats
 from smerge.spark.actions import raise_task_error
 from smerge.spark.archive import pinned_sample
 from smerge.spark.parts import read_part

@@ -16,7 +16,11 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, SmergeError
-from smerge.merge.wjoin import WJoinParams, WJoinStats, _hash_terms, _times, make_plan, wjoin
+from smerge.merge.wjoin import _times, wjoin
+from smerge.merge.wjoin_hashing import hash_terms
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_plan import make_plan
+from smerge.merge.wjoin_stats import WJoinStats
 from smerge.spark.parts import PartWriter, read_part
 
 ROW_COL = "__smerge_row"
@@ -126,7 +130,7 @@ def _split_chunk(plan: WSparkPlan, item) -> dict:
             last_t = t[-1].item()
             tab = tab.append_column(ROW_COL, pa.array(np.arange(row, row + n, dtype=np.int64)))
             if plan.hashed:
-                pid = (_hash_terms(tab, eplan.hash_terms[i]) % np.uint64(P)).astype(np.int64)
+                pid = (hash_terms(tab, eplan.hash_terms[i]) % np.uint64(P)).astype(np.int64)
             else:  # time ranges: one file per chunk; a sample of the times for the boundaries
                 pid = np.zeros(n, np.int64)
                 samples.append(t[::max(1, n // SAMPLE_PER_BATCH)])

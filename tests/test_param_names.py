@@ -90,7 +90,7 @@ ALLOWED = {
 }
 # Being converted while the layout moves these modules (emptied before this lands).
 PENDING = {
-    "merge/expr.py", "jobs/wjoin.py", "merge/wjoin.py", "jobs/count.py", "jobs/inputs.py", "jobs/pipeline.py",
+    "merge/expr.py", "jobs/wjoin.py", "merge/wjoin.py", "merge/wjoin_params.py", "merge/wjoin_plan.py", "jobs/count.py", "jobs/inputs.py", "jobs/pipeline.py",
     "smerge/plot.py", "spark/rtm.py", "spark/runner.py", "spark/actions.py", "spark/frames.py",
     "datasets/base.py", "datasets/grib.py", "datasets/netcdf.py", "datasets/outputs.py",
     "transport/flight_client.py", "transport/flight_server.py", "index/bindex.py",

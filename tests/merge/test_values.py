@@ -124,7 +124,8 @@ def test_huge_values_beyond_int64_nanoseconds():
     d = parse_duration("1e12h")
     assert d.nanoseconds() == 3.6e24 > 2**63
     from smerge.counting.itemcount import duration_ticks
-    from smerge.merge.wjoin import INT_POS, resolve_bound
+    from smerge.merge._wjoin_kernel import INT_POS
+    from smerge.merge.wjoin_params import resolve_bound
 
     assert resolve_bound(d, "datetime@s") == INT_POS and resolve_bound(d, "datetime_us@us") == INT_POS
     assert resolve_bound(Duration(1e300), "int") == INT_POS
@@ -147,7 +148,7 @@ def test_consumers_agree_on_a_duration(text):
     from smerge.datasets.archive.aggregate import _ticks_per_window, parse_aggregate
     from smerge.counting.itemcount import duration_ticks
     from smerge.merge.keys import key_eps
-    from smerge.merge.wjoin import resolve_bound
+    from smerge.merge.wjoin_params import resolve_bound
 
     ns = int(np.timedelta64(int(parse_duration(text).nanoseconds()), "ns").astype(np.int64))
     assert resolve_bound(parse_duration(text), "datetime@ns") == ns  # wjoin, int64 ns

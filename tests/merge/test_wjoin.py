@@ -13,7 +13,10 @@ from hypothesis import strategies as st
 from wjoin_oracle import arrival_order, oracle_tuples, rule_drop_index, shortest_paths
 
 from smerge.errors import InputError, UsageError
-from smerge.merge.wjoin import Duration, WJoinParams, WJoinStats, parse_duration, wjoin
+from smerge.merge.values import Duration, parse_duration
+from smerge.merge.wjoin import wjoin
+from smerge.merge.wjoin_params import WJoinParams
+from smerge.merge.wjoin_stats import WJoinStats
 
 
 def run(tables, params, batch=3, trace=None, stats=None):

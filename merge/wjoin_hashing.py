@@ -1,0 +1,54 @@
+"""Hashing of the W-join's equality keys: equal values (SQL '=') hash equal across streams."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from smerge.merge import expr as X
+from smerge.merge.hashing import mix64 as _mix
+
+
+def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
+    """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
+    if kind in ("num", "bool"):
+        v = X.to_numpy(pc.cast(col, pa.float64()))
+        v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
+        return _mix(v.view(np.uint64))
+    if kind == "time":
+        # (seconds, nanoseconds within the second) from the column's own unit: equal instants
+        # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
+        t = col.type
+        if pa.types.is_date32(t):
+            col = pc.cast(col, pa.timestamp("s"))
+        elif pa.types.is_date64(t):
+            col = pc.cast(col, pa.timestamp("ms"))
+        per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
+        v = X.to_numpy(pc.cast(col, pa.int64()).fill_null(0)).astype(np.int64)
+        sec, sub = np.divmod(v, np.int64(per_s))
+        sub = sub * np.int64(10**9 // per_s)
+        return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))
+    import pandas as pd
+
+    v = pc.cast(col, pa.string()).to_numpy(zero_copy_only=False)
+    return pd.util.hash_array(v.astype(object)).astype(np.uint64)
+
+
+def hash_values(columns: Sequence[tuple[pa.Array | pa.ChunkedArray, str]], rows: int) -> np.ndarray:
+    """One hash per row over several (column, term kind) pairs, in order."""
+    h = np.zeros(rows, np.uint64)
+    with np.errstate(over="ignore"):
+        for col, kind in columns:
+            h = _mix(h * np.uint64(31) + hash_column(col, kind))
+    return h
+
+
+def hash_terms(table: pa.Table, terms: Sequence[X.Col]) -> np.ndarray:
+    return hash_values([(table.column(t.name), t.kind) for t in terms], table.num_rows)
+
+
+
+__all__ = ["hash_values", "hash_terms"]

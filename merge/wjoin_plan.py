@@ -1,0 +1,210 @@
+"""The W-join's plan: everything derived once from the parameters and the streams' schemas.
+
+The time representation shared by all streams, the window bounds and their shortest paths, the
+predicate (``--on`` equalities and ``--where``) split into conjuncts, the equality classes that
+cover every stream (the HW-join's hash keys), per arriving stream the order in which the other
+streams are probed and the conjuncts applied at each level, and the output schema.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from smerge.errors import UsageError
+from smerge.merge import expr as X
+from smerge.merge._wjoin_kernel import INT_POS
+from smerge.merge.wjoin_params import WJoinParams, resolve_bound
+
+
+def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Sequence[str],
+               sources: Sequence[str] | None = None) -> str:
+    """One time representation for all streams: "datetime" (int64 ns; some stream has ns
+    timestamps), "datetime_us" (int64 us: every timestamp is s/ms/us or a date, e.g. decoded CF
+    times), "cf:<calendar>" (decoded CF times in a non-standard calendar, int64 us), "int" or
+    "float". A "+cf" suffix marks decoded CF times (plain-number bounds are refused).
+    ``sources`` (the inputs' paths, optional) name the streams in the messages."""
+    kinds: dict[str, list[str]] = {}
+    cf = False
+    names = [f"{a} ({src})" if src else a for a, src in zip(aliases, sources or [None] * len(aliases))]
+    for k, (s, c, a, name) in enumerate(zip(schemas, cols, aliases, names)):
+        if c not in s.names:
+            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time, or choose "
+                             f"variables on a time dimension with --vars {k + 1}=V1,V2)")
+        f = s.field(c)
+        t, md = f.type, f.metadata or {}
+        cf = cf or b"smerge.cf_units" in md
+        if b"smerge.cf_units" in md and not pa.types.is_timestamp(t):
+            k = f"cf:{md.get(b'calendar', b'?').decode()}"
+        elif pa.types.is_timestamp(t):
+            k = "datetime" if t.unit == "ns" else "datetime_us"
+        elif pa.types.is_date(t):
+            k = "datetime_us"
+        elif pa.types.is_integer(t):
+            k = "int"
+        elif pa.types.is_floating(t):
+            k = "float"
+        else:
+            raise UsageError(f"{name}: time column {c!r} has type {t}; it must be numeric or a datetime")
+        kinds.setdefault(k, []).append(f"{name} has {c!r} as {_kind_words(k)}")
+    groups = {("time" if k.startswith(("datetime", "cf:")) else "number") for k in kinds}
+    cals = [k for k in kinds if k.startswith("cf:")]
+    if len(groups) > 1 or len(cals) > 1 or (cals and len(kinds) > 1):
+        raise UsageError("time columns cannot be compared: " + "; ".join(x for v in kinds.values() for x in v)
+                         + "; give every stream the same kind of time (and the same calendar)")
+    if cals:
+        return cals[0]
+    # The unit a plain-number bound is in: the timestamps' own unit when all streams share one.
+    units = {s.field(c).type.unit if pa.types.is_timestamp(s.field(c).type) else "?" for s, c in zip(schemas, cols)}
+    plain = f"@{units.pop()}" if len(units) == 1 and "?" not in units else ""
+    if "datetime" in kinds:
+        return ("datetime+cf" if cf else "datetime") + plain
+    if "datetime_us" in kinds:
+        return ("datetime_us+cf" if cf else "datetime_us") + plain
+    return "float" if "float" in kinds else "int"
+
+
+def _kind_words(k: str) -> str:
+    if k.startswith("cf:"):
+        return f"time in the {k[3:]} calendar"
+    return {"datetime": "timestamp[ns]", "datetime_us": "timestamp", "int": "integer", "float": "number"}[k]
+
+
+@dataclass
+class Plan:
+    n: int
+    kind: str
+    wmat: np.ndarray  # direct bounds (inf = none), float64 for checks
+    dist: np.ndarray  # shortest paths, in the time dtype
+    dtype: type
+    predicate: X.Node | None
+    hash_terms: list[list[X.Col]] | None  # per stream: its term of each full equality class
+    orders: list[list[int]]  # per arriving stream: the other streams, in probe order
+    level_conj: list[list[list[X.Node]]]  # [arriving stream][level] -> conjuncts to apply
+    out_schema: pa.Schema
+    out_names: list[list[tuple[str, str]]]  # per stream: (column, output name)
+    id_names: list[str]
+    aliases: tuple[str, ...] = ()
+
+
+def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Sequence[str] | None = None) -> Plan:
+    n = params.n_streams
+    if len(schemas) != n:
+        raise UsageError(f"{len(schemas)} schemas for {n} streams")
+    kind = _time_kind(schemas, params.time, params.aliases, sources)
+    g = params.constraint_graph()
+    inf = math.inf
+    w = np.full((n, n), inf)
+    for (i, j), d in g.items():
+        w[i, j] = w[j, i] = resolve_bound(d, kind, f"window {params.aliases[i]},{params.aliases[j]}")
+    np.fill_diagonal(w, 0)
+    dist = w.copy()
+    for k in range(n):  # Floyd-Warshall on <= a handful of streams
+        dist = np.minimum(dist, dist[:, [k]] + dist[[k], :])
+    dtype = np.float64 if kind == "float" else np.int64
+    if dtype is np.int64:
+        dist_t = np.array([[int(min(v, INT_POS // 4)) for v in row] for row in dist], dtype=np.int64)
+    else:
+        dist_t = dist.astype(np.float64)
+    # predicate: --on equalities + --where
+    conj: list[X.Node] = []
+    for c in params.on:
+        for s, a in enumerate(params.aliases):
+            if c not in schemas[s].names:
+                raise UsageError(f"--on {c}: stream {a} has no column {c!r}; it has {', '.join(schemas[s].names)}")
+        text = " and ".join(f"{params.aliases[0]}.{c} == {params.aliases[s]}.{c}" for s in range(1, n))
+        conj += X.conjuncts(X.parse_expr(text, params.aliases, schemas))
+    if params.where:
+        conj += X.conjuncts(X.parse_expr(params.where, params.aliases, schemas))
+    predicate = X.conjoin(conj)
+    hash_terms = _full_classes(conj, n)
+    method = params.method
+    if method == "hash" and hash_terms is None:
+        raise UsageError("HW-join (method hash) needs equalities linking every stream (--on COLS or "
+                         "S1.a = S2.a = ... in --where); none cover all streams")
+    if method == "nested-loop":
+        hash_terms = None
+    orders, level_conj = [], []
+    sets = [X.streams_of(c) for c in conj]
+    for i in range(n):
+        bound, order = [i], []
+        while len(order) < n - 1:
+            rest = [j for j in range(n) if j not in bound]
+            def score(j):
+                # Prefer a stream an equality links to the bound ones (a hash probe), then the
+                # nearest in time, then the one that closes the most conjuncts.
+                closes = sum(1 for s in sets if j in s and s <= set(bound) | {j})
+                linked = any(j in s and s <= set(bound) | {j} and X.equality_terms(c) is not None
+                             for c, s in zip(conj, sets))
+                return (not linked, min(dist[b, j] for b in bound), -closes, j)
+            j = min(rest, key=score)
+            order.append(j)
+            bound.append(j)
+        levels: list[list[X.Node]] = [[] for _ in range(n)]
+        for c, s in zip(conj, sets):
+            lvl = max((bound.index(x) for x in s), default=0)
+            levels[lvl].append(c)
+        orders.append(order)
+        level_conj.append(levels)
+    out_fields, out_names, id_names = [], [], []
+    used = set()
+    for s, a in enumerate(params.aliases):
+        names = []
+        for f in schemas[s]:
+            nm = f"{a}_{f.name}"
+            names.append((f.name, nm))
+            out_fields.append(f.with_name(nm))  # keeps the field metadata (a CF time's units, calendar)
+            used.add(nm)
+        out_names.append(names)
+    if params.with_ids:
+        for a in params.aliases:
+            nm = f"{a}_row"
+            while nm in used:
+                nm += "_"
+            used.add(nm)
+            id_names.append(nm)
+            out_fields.append(pa.field(nm, pa.int64()))
+    return Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
+                 orders=orders, level_conj=level_conj, out_schema=pa.schema(out_fields), out_names=out_names,
+                 id_names=id_names, aliases=tuple(params.aliases))
+
+
+def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
+    """Equality classes (union of ``Si.a == Sj.b`` conjuncts) that hold a term of every stream."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    for c in conj:
+        eq = X.equality_terms(c)
+        if eq:
+            l, r = eq
+            parent[find((l.stream, l.name))] = find((r.stream, r.name))
+    classes: dict = {}
+    kinds: dict = {}
+    for c in conj:
+        eq = X.equality_terms(c)
+        if eq:
+            for t in eq:
+                classes.setdefault(find((t.stream, t.name)), {}).setdefault(t.stream, t)
+                kinds[find((t.stream, t.name))] = t.kind
+    full = [cls for cls in classes.values() if len(cls) == n]
+    if not full:
+        return None
+    return [[cls[s] for cls in full] for s in range(n)]
+
+
+
+
+def output_schema(schemas: Sequence[pa.Schema], params: WJoinParams) -> pa.Schema:
+    return make_plan(schemas, params).out_schema
+
+
+__all__ = ["Plan", "make_plan", "output_schema"]
