@@ -85,7 +85,8 @@ def latency(records: int, clients: int, per_client: int) -> dict:
     from smerge.merge.range_source import Box
     from smerge.merge.keys import key_matrix
     from smerge.transport.flight_client import IndexClient
-    from smerge.transport.flight_server import IndexServer, new_token
+    from smerge.transport.flight_server import IndexServer
+    from smerge.transport.tokens import new_token
 
     a, b = pair(records, 10)
     idx = BIndex.from_source(open_input(str(b)))

@@ -50,8 +50,8 @@ def serve(
         from smerge.datasets import open_input
         from smerge.errors import OutputError, UsageError
         from smerge.index import BIndex
-        from smerge.transport.flight_server import (SHUTDOWN_GRACE, IndexServer, read_token_file,
-                                                    token_file_exposure)
+        from smerge.transport.flight_server import SHUTDOWN_GRACE, IndexServer
+        from smerge.transport.tokens import read_token_file, token_file_exposure
 
         warnings.simplefilter("ignore")  # a server's stderr is its log: no Python warnings with source paths
 

@@ -2,7 +2,9 @@
 
 Like xarray's backends: every format is a module with a ``Backend`` whose ``guess_can_open``
 looks at the magic number first, then at the extension, and whose ``open`` returns an
-``InputSource``. The format library is imported inside the backend module only.
+``InputSource``. The format library is imported inside the backend module only. Backends of
+other packages are declared in the ``smerge.backends`` entry-point group (``load_plugins``), as
+is smerge's own reader of server streams, which lives above this package (``smerge.transport``).
 """
 
 from __future__ import annotations
@@ -116,11 +118,35 @@ def register_backend(backend: Backend) -> Backend:
 
 
 def backends() -> dict[str, Backend]:
-    # Built-in backends register on import; third parties may call register_backend.
-    from smerge.datasets import arrow_ipc, csv, flight, netcdf, parquet  # noqa: F401
+    """The registered backends: the built-in ones (they register on import), those registered by
+    ``register_backend`` and, once loaded (``load_plugins``), those of the entry points."""
+    from smerge.datasets import arrow_ipc, csv, netcdf, parquet  # noqa: F401
     from smerge.datasets.archive import read  # noqa: F401
 
     return dict(_REGISTRY)
+
+
+PLUGIN_GROUP = "smerge.backends"
+_plugins_loaded = False
+
+
+def load_plugins() -> list[Backend]:
+    """Register the backends that installed packages declare in the ``smerge.backends``
+    entry-point group (each names a backend class or instance), once; returns the new ones.
+    smerge's own reader of server streams (``grpc://``, in ``smerge.transport``, which this
+    package does not import) is one. ``guess_backend`` loads them only when no built-in backend
+    claims an input, so reading a file costs no entry-point scan."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return []
+    _plugins_loaded = True
+    from importlib.metadata import entry_points
+
+    new = []
+    for ep in entry_points(group=PLUGIN_GROUP):
+        obj = ep.load()
+        new.append(register_backend(obj() if isinstance(obj, type) else obj))
+    return new
 
 
 SERVER_SCHEMES = ("grpc", "grpc+tcp", "grpc+tls", "grpcs")
@@ -163,7 +189,7 @@ def check_regular(path: str) -> None:
 
 def read_magic(path: str) -> bytes:
     if path.split("://", 1)[0].lower() in SERVER_SCHEMES and "://" in path:
-        return b""  # a server stream, not a file: datasets/flight.py opens it
+        return b""  # a server stream, not a file: transport/flight_input.py opens it
     if is_spark_url(path):
         raise InputError(f"{path}: a URL that only Spark's readers open (Parquet or CSV): `smerge cgm` reads it "
                          "on Spark (without --local); for other commands copy the file to a local path, or "
@@ -209,10 +235,23 @@ def _is_text(magic: bytes) -> bool:
 
 
 # Built-in formats whose magic number no other built-in backend claims: such a file is opened
-# by importing its backend alone (the netCDF, archive and Flight modules cost tens of ms of a
-# process that reads Parquet).
+# by importing its backend alone (the netCDF and archive modules cost tens of ms of a process
+# that reads Parquet). "flight" (the server streams' plugin) claims only grpc:// URLs.
 _UNIQUE_MAGIC = ((b"PAR1", "parquet", "parquet"), (b"ARROW1", "arrow", "arrow_ipc"))
 _BUILTIN = {"archive", "arrow", "csv", "flight", "netcdf", "parquet"}
+
+
+def _claim(ordered: Sequence[Backend], path: str, magic: bytes) -> Backend | None:
+    """The first of ``ordered`` that claims the input: by content alone first (with no path, a
+    backend has no extension to go by), then by extension or URL scheme."""
+    if magic:
+        for b in ordered:
+            if b.guess_can_open("", magic):
+                return b
+    for b in ordered:
+        if b.guess_can_open(path, magic):
+            return b
+    return None
 
 
 def guess_backend(path: str, fmt: str | None = None) -> Backend:
@@ -231,21 +270,22 @@ def guess_backend(path: str, fmt: str | None = None) -> Backend:
     regs = backends()
     if fmt is not None:
         if fmt not in regs:
+            load_plugins()
+            regs = backends()
+        if fmt not in regs:
             raise InputError(f"unknown input format {fmt!r}; use one of {', '.join(sorted(regs))}")
         return regs[fmt]
     if magic is None:
         magic = read_magic(path)
     # Formats with a magic number first; CSV (which can only be sniffed) last.
     ordered = sorted(regs.values(), key=lambda b: b.name == "csv")
-    # 1. By content alone: with no path, a backend has no extension to go by.
-    if magic:
-        for b in ordered:
-            if b.guess_can_open("", magic):
-                return b
-    # 2. By extension (or a URL scheme), for what the content does not tell.
-    for b in ordered:
-        if b.guess_can_open(path, magic):
-            return b
+    found = _claim(ordered, path, magic) or _claim(load_plugins(), path, magic)
+    if found is not None:
+        return found
+    if "://" in path and path.split("://", 1)[0].lower() in SERVER_SCHEMES:
+        raise InputError(f"{path}: a server stream, but no installed reader takes {path.split('://', 1)[0]}:// "
+                         f"URLs (the {PLUGIN_GROUP!r} entry point of smerge's metadata is missing); reinstall "
+                         "smerge (pip install .)")
     low = path.lower()
     named = [b for b in ordered if low.endswith(tuple(getattr(b, "extensions", ())))]
     if named:

@@ -70,7 +70,7 @@ class RTMJob:
 def _server_source(job: RTMJob):
     """(client, B's InputSource shim) for a running server."""
     from smerge.transport.flight_client import IndexClient
-    from smerge.transport.flight_server import read_token_file
+    from smerge.transport.tokens import read_token_file
 
     token = read_token_file(job.token_file) if job.token_file else None
     certs = None
@@ -204,7 +204,8 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
         if client is None:
             from smerge.index import BIndex
             from smerge.transport.flight_client import IndexClient
-            from smerge.transport.flight_server import IndexServer, new_token
+            from smerge.transport.flight_server import IndexServer
+            from smerge.transport.tokens import new_token
 
             tb = time.perf_counter()
             idx = BIndex.from_source(prep.src_b, nan_keys=prep.params.nan_keys)

@@ -212,7 +212,7 @@ def run_rtm_spark(prep, *, master: str | None = None, partitions: int | None = N
 
 def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     from smerge.transport.flight_client import IndexClient
-    from smerge.transport.flight_server import read_token_file
+    from smerge.transport.tokens import read_token_file
 
     job = prep.job
     params: RTMParams = prep.params
@@ -222,7 +222,8 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     try:
         if client is None:
             from smerge.index import BIndex
-            from smerge.transport.flight_server import IndexServer, new_token
+            from smerge.transport.flight_server import IndexServer
+            from smerge.transport.tokens import new_token
 
             tb = time.perf_counter()
             idx = BIndex.from_source(prep.src_b, nan_keys=params.nan_keys)

@@ -1,4 +1,4 @@
-"""Flight backend: ``grpc://HOST:PORT/NAME`` (or ``grpc+tls://``) read as an input stream.
+"""Flight input backend: ``grpc://HOST:PORT/NAME`` (or ``grpc+tls://``) read as an input stream.
 
 The input is the plain stream of dataset NAME served by ``smerge serve`` (the seeds' data-server
 streams): B's records in stored order, as Arrow record batches. Default keys are the server's
@@ -10,6 +10,10 @@ such inputs unchanged): ``SMERGE_TOKEN_FILE`` names a file holding the bearer to
 (``SMERGE_TOKEN`` gives it directly), ``SMERGE_TLS_ROOT_CERT`` a PEM file of trusted
 certificates for ``grpc+tls``. ``pyarrow.flight`` is imported only through
 ``smerge.transport.flight_client``, when such an input is opened.
+
+The readers' registry (``smerge.datasets.base``) imports no transport code: it finds this
+backend through the ``smerge.backends`` entry point (setup.cfg), when no built-in reader claims
+an input, so any command and ``smerge.datasets.open_input`` read such URLs.
 
 ``batches(start, stop)`` re-reads the stream from its first record and skips to ``start`` (the
 server's stream has no offset): fine for one pass, O(start) for later row ranges.
@@ -23,11 +27,11 @@ from urllib.parse import urlsplit
 
 import pyarrow as pa
 
-from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
+from smerge.datasets.base import DEFAULT_BATCH_ROWS, SERVER_SCHEMES, InputSource
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import UsageError
+from smerge.transport.tokens import read_token_file
 
-SCHEMES = ("grpc", "grpc+tcp", "grpc+tls", "grpcs")
 TOKEN_FILE_ENV = "SMERGE_TOKEN_FILE"
 TOKEN_ENV = "SMERGE_TOKEN"
 TLS_ROOT_CERT_ENV = "SMERGE_TLS_ROOT_CERT"
@@ -35,13 +39,11 @@ TLS_ROOT_CERT_ENV = "SMERGE_TLS_ROOT_CERT"
 
 def is_flight_url(path: str) -> bool:
     """Whether ``path`` names a server stream rather than a file."""
-    return "://" in path and path.split("://", 1)[0].lower() in SCHEMES
+    return "://" in path and path.split("://", 1)[0].lower() in SERVER_SCHEMES
 
 
 def credentials() -> tuple[str | None, bytes | None]:
     """(bearer token, TLS root certificates) from the environment (see the module doc)."""
-    from smerge.transport.flight_server import read_token_file
-
     token = os.environ.get(TOKEN_ENV) or None
     path = os.environ.get(TOKEN_FILE_ENV)
     if path:
@@ -58,6 +60,8 @@ def credentials() -> tuple[str | None, bytes | None]:
 
 
 class FlightBackend:
+    """The reader of a server's plain stream (registered through the ``smerge.backends`` entry point)."""
+
     name = "flight"
     extensions: tuple[str, ...] = ()
 
@@ -88,6 +92,3 @@ class FlightBackend:
 
         return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=count,
                            outer_size=count, inner_size=1, open_batches=batches)
-
-
-register_backend(FlightBackend())

@@ -31,6 +31,7 @@ WHOLE_STREAM_OPS = ("stream", "summary")
 FIELDS = {"op", "dataset", "box", "box2", "limit", "token", "columns"}
 NEXT_TOKEN_KEY = b"smerge.next_token"
 INVALID_ARGUMENT = b"INVALID_ARGUMENT"  # extra_info of the server error answering a rejected request
+MAX_ERROR_CHARS = 300  # of an error message sent to a client
 
 
 class BadRequest(ValueError):
@@ -58,6 +59,14 @@ class Query:
         if self.columns is not None:
             body["columns"] = list(self.columns)
         return json.dumps(body, separators=(",", ":"), allow_nan=True).encode()
+
+
+def one_line(e: BaseException) -> str:
+    """An error as one line of at most ``MAX_ERROR_CHARS`` characters (what a client is sent)."""
+    text = str(e).strip()
+    text = text.splitlines()[0] if text else type(e).__name__
+    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
+
 
 
 def _listed(names) -> str:

@@ -11,8 +11,9 @@
   ``grpc://host:port/NAME`` can be read like a file.
 
 Security: binds 127.0.0.1 by default; requires a bearer token when given one, and refuses to
-bind a non-loopback address without one; TLS with a certificate and key. The Flight server itself
-listens on a Unix socket in a private directory; clients reach it through
+bind a non-loopback address without one (``transport.tokens``); TLS with a certificate and key.
+The Flight server itself listens on a Unix socket in a private directory
+(``transport.flight_security``); clients reach it through
 ``transport.flight_gate``, which refuses oversized requests before gRPC buffers them (pyarrow
 offers no gRPC receive limit), terminates TLS and can drop every connection at shutdown.
 Responses are capped: ``MAX_RESPONSE_BYTES`` per page, ``MAX_LARGE_PAGES`` pages over
@@ -26,17 +27,11 @@ logged here at debug level and sent as a one-line internal error.
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
 import json
 import logging
 import os
-import re
-import secrets
 import shutil
 import socket
-import ssl
-import stat
 import tempfile
 import threading
 import time
@@ -47,12 +42,14 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never re
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from smerge.errors import OutputError, SmergeError, UsageError
+from smerge.errors import SmergeError, UsageError
 from smerge.index import BIndex
 from smerge.merge.range_source import Box
 from smerge.transport.flight_gate import Gate
-from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY,
-                                              BadRequest, parse_query)
+from smerge.transport.flight_protocol import (INVALID_ARGUMENT, MAX_PAGE_ROWS, NEXT_TOKEN_KEY, BadRequest, one_line,
+                                              parse_query)
+from smerge.transport.flight_security import MAX_UNIX_PATH, AuthFactory, make_workdir, tls_context
+from smerge.transport.tokens import bare_host, check_token, is_loopback
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8815
@@ -62,15 +59,7 @@ LARGE_PAGE_BYTES = 32 * 1024 * 1024  # pages above this take one of MAX_LARGE_PA
 MAX_LARGE_PAGES = 4
 LARGE_PAGE_WAIT = 30.0  # seconds a large page waits for a slot before UNAVAILABLE (clients retry)
 SHUTDOWN_GRACE = 5.0  # seconds in-flight calls get at shutdown before their connections are dropped
-MAX_ERROR_CHARS = 300
-MAX_TOKEN_FILE_BYTES = MAX_TOKEN_CHARS + 256  # the token and white space around it
 log = logging.getLogger("smerge.serve")
-
-
-def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    text = text.splitlines()[0] if text else type(e).__name__
-    return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 
 
 def _flight_errors(method):
@@ -87,155 +76,12 @@ def _flight_errors(method):
         except (BadRequest, SmergeError) as e:
             self._count(error=True)
             log.debug("%s rejected: %s", method.__name__, e)
-            raise flight.FlightServerError(_one_line(e), extra_info=INVALID_ARGUMENT) from None
+            raise flight.FlightServerError(one_line(e), extra_info=INVALID_ARGUMENT) from None
         except Exception as e:  # noqa: BLE001 - a bug or resource error: the client gets one line
             self._count(error=True)
             log.debug("%s failed", method.__name__, exc_info=True)
-            raise flight.FlightInternalError(f"internal server error ({type(e).__name__}: {_one_line(e)})") from None
+            raise flight.FlightInternalError(f"internal server error ({type(e).__name__}: {one_line(e)})") from None
     return wrapper
-
-
-def bare_host(host: str) -> str:
-    """``[::1]`` -> ``::1`` (IPv6 literals may come bracketed)."""
-    h = host.strip()
-    return h[1:-1] if h.startswith("[") and h.endswith("]") else h
-
-
-def is_loopback(host: str) -> bool:
-    host = bare_host(host)
-    if host in ("localhost", ""):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_token(token: str, where: str = "the token") -> str:
-    """A bearer token must travel in an HTTP header: printable ASCII, no spaces, 8 to
-    ``MAX_TOKEN_CHARS`` characters (a client's request headers must stay under the gate's limit)."""
-    if len(token) < 8:
-        raise UsageError(f"{where}: the token must be at least 8 characters")
-    if len(token) > MAX_TOKEN_CHARS:
-        raise UsageError(f"{where}: the token has {len(token):,} characters; use at most {MAX_TOKEN_CHARS:,} "
-                         "(a client could not send a longer one)")
-    bad = next((c for c in token if not 0x21 <= ord(c) <= 0x7E), None)
-    if bad is not None:
-        raise UsageError(f"{where}: the token has the character {bad!r}; use printable ASCII without spaces "
-                         "(a client could not send it)")
-    return token
-
-
-def _tls_context(cert: bytes, key: bytes, workdir: str) -> ssl.SSLContext:
-    """A server TLS context (ALPN h2) from PEM bytes; one line saying what is wrong otherwise."""
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.set_alpn_protocols(["h2"])
-    cert_path, key_path = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
-    try:
-        for path, data in ((cert_path, cert), (key_path, key)):
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-    except OSError as e:
-        raise OutputError(f"TLS: cannot write the certificate into the server's folder {workdir} "
-                          f"({e.strerror or _one_line(e)}); free space there or set TMPDIR") from None
-    try:
-        try:
-            ctx.load_cert_chain(cert_path, key_path)
-        except ssl.SSLError as e:
-            reason = (e.reason or str(e)).replace("_", " ").lower()
-            if "key values mismatch" in reason:
-                what = "the key does not belong to the certificate"
-            elif "no start line" in reason or "pem lib" in reason or "bad base64" in reason:
-                what = "the certificate or the key is not a PEM file"
-            else:
-                what = reason
-            raise UsageError(f"TLS: {what} ({e.reason or 'invalid'}); pass a PEM certificate with --tls-cert "
-                             "and its private key with --tls-key") from None
-    finally:
-        for path in (cert_path, key_path):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    return ctx
-
-
-WORKDIR_PREFIX = "smerge-serve-"
-MAX_UNIX_PATH = 107  # bytes of a Unix socket's path (sun_path holds 108 with the final NUL)
-_WORKDIR_RE = re.compile(r"^smerge-serve-(?P<host>[0-9a-f]{10})-(?P<pid>\d+)-[A-Za-z0-9_]+$")
-
-
-def _make_workdir() -> str:
-    """The server's private folder (mode 0700) in the temporary directory, named after its owner
-    (``smerge-serve-<host>-<pid>-<random>``, the owner tag of ``datasets.outputs``), after
-    removing the folders of servers that were killed (owner provably gone)."""
-    from smerge.datasets.outputs import host_tag
-
-    sweep_workdirs()
-    try:
-        return tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{host_tag()}-{os.getpid()}-")
-    except OSError as e:
-        raise OutputError(f"cannot create the server's folder in {tempfile.gettempdir()} "
-                          f"({e.strerror or _one_line(e)}); free space there or set TMPDIR to another "
-                          "directory") from None
-
-
-def sweep_workdirs(directory: str | None = None) -> list[str]:
-    """Remove this user's server folders in ``directory`` (default: the temporary directory)
-    whose server provably no longer runs; returns their paths. Best effort."""
-    from smerge.datasets.outputs import owner_pid_gone
-
-    directory = directory or tempfile.gettempdir()
-    removed = []
-    try:
-        entries = [e for e in os.scandir(directory) if e.name.startswith(WORKDIR_PREFIX)]
-    except OSError:
-        return removed
-    for e in entries:
-        m = _WORKDIR_RE.match(e.name)
-        try:
-            if (not m or not e.is_dir(follow_symlinks=False) or e.stat(follow_symlinks=False).st_uid != os.getuid()
-                    or not owner_pid_gone(m.group("host"), int(m.group("pid")))):
-                continue
-            shutil.rmtree(e.path)
-            removed.append(e.path)
-        except OSError:
-            pass
-    return removed
-
-
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-_UNSUPPORTED = {flight.FlightMethod.GET_SCHEMA: "get_schema", flight.FlightMethod.DO_PUT: "do_put",
-                flight.FlightMethod.DO_EXCHANGE: "do_exchange"}
-
-
-class _AuthFactory(flight.ServerMiddlewareFactory):
-    """Checks ``authorization: Bearer <token>`` on every call (constant-time comparison) when
-    given a token, then refuses the Flight methods the server does not offer in one line (here,
-    before the handler: pyarrow would append a Python traceback to a get_schema error)."""
-
-    def __init__(self, token: str | None):
-        self._expected = f"Bearer {check_token(token)}".encode() if token is not None else None
-
-    def start_call(self, info, headers):
-        if self._expected is not None:
-            ok = False
-            for v in headers.get("authorization", []):
-                got = v.encode() if isinstance(v, str) else bytes(v)
-                ok |= hmac.compare_digest(got, self._expected)
-            if not ok:
-                raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the server's token "
-                                                        "(--token-file)")
-        name = _UNSUPPORTED.get(info.method)
-        if name is not None:
-            raise flight.FlightServerError(f"{name} is not supported by the smerge index server; use do_get, "
-                                           "do_action (info, health) or get_flight_info", extra_info=INVALID_ARGUMENT)
-        return None
 
 
 class IndexServer(flight.FlightServerBase):
@@ -265,26 +111,26 @@ class IndexServer(flight.FlightServerBase):
         self.max_page = int(max_page)
         self.max_response_bytes = int(max_response_bytes)
         self.tls = tls_cert is not None
-        self._workdir = _make_workdir()  # 0700: only this user reaches the socket
+        self._workdir = make_workdir()  # 0700: only this user reaches the socket
         self._gate: Gate | None = None
         try:
-            ctx = _tls_context(tls_cert, tls_key, self._workdir) if self.tls else None
+            ctx = tls_context(tls_cert, tls_key, self._workdir) if self.tls else None
             sock = os.path.join(self._workdir, "sock")
             if len(os.fsencode(sock)) > MAX_UNIX_PATH:
                 raise UsageError(f"the temporary directory {tempfile.gettempdir()} has too long a path for the "
                                  f"server's Unix socket ({len(os.fsencode(sock))} bytes, at most {MAX_UNIX_PATH}); "
                                  "set TMPDIR to a shorter directory")
-            middleware = {"auth": _AuthFactory(token)}
+            middleware = {"auth": AuthFactory(token)}
             try:
                 super().__init__(flight.Location.for_grpc_unix(sock), middleware=middleware)
             except (OSError, pa.ArrowException) as e:
-                raise UsageError(f"cannot start the Flight server ({_one_line(e)})") from None
+                raise UsageError(f"cannot start the Flight server ({one_line(e)})") from None
             host = bare_host(host)
             try:
                 self._gate = Gate(host, int(port), sock, ssl_context=ctx)
             except OSError as e:
                 super().shutdown()
-                reason = e.strerror or _one_line(e)
+                reason = e.strerror or one_line(e)
                 if isinstance(e, socket.gaierror):
                     raise UsageError(f"cannot listen on {host}: unknown host ({reason}); "
                                      "give an address or host name of this machine with --host") from None
@@ -553,37 +399,3 @@ def _release_after(table: pa.Table, slot: threading.BoundedSemaphore):
         yield from table.to_batches(max_chunksize=STREAM_BATCH_ROWS)
     finally:
         slot.release()
-
-
-def read_token_file(path: str, what: str = "--token-file") -> str:
-    """The token in ``path`` (surrounding white space removed). At most ``MAX_TOKEN_FILE_BYTES``
-    are read: a longer file is refused, never read whole."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_TOKEN_FILE_BYTES + 1)
-    except OSError as e:
-        raise UsageError(f"{what} {path}: cannot be read ({e.strerror})") from None
-    if len(raw) > MAX_TOKEN_FILE_BYTES:
-        raise UsageError(f"{what} {path}: longer than {MAX_TOKEN_FILE_BYTES:,} bytes; a token is at most "
-                         f"{MAX_TOKEN_CHARS:,} characters")
-    try:
-        token = raw.decode("utf-8").strip()
-    except UnicodeDecodeError:
-        raise UsageError(f"{what} {path}: not text; the token must be printable ASCII") from None
-    return check_token(token, f"{what} {path}")
-
-
-def token_file_exposure(path: str, host: str) -> str | None:
-    """The rule for a token file every user of this machine may read: refused (``UsageError``)
-    when serving beyond loopback, else a one-line warning to print (None: the file is private)."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return None
-    if not mode & stat.S_IROTH:
-        return None
-    if not is_loopback(host):
-        raise UsageError(f"--token-file {path} is readable by every user of this machine and --host {host} "
-                         f"is not a loopback address; run chmod 600 {path}")
-    return (f"smerge serve: warning: --token-file {path} is readable by every user of this machine; "
-            f"run chmod 600 {path}")

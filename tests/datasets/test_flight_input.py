@@ -1,4 +1,4 @@
-"""``grpc://HOST:PORT/NAME`` as an input of any command (datasets/flight.py): a real index server
+"""``grpc://HOST:PORT/NAME`` as an input of any command (transport/flight_input.py): a real index server
 serves B's plain stream; `smerge cgm A grpc://.../NAME --local` equals `smerge cgm A B --local`."""
 
 from __future__ import annotations
@@ -98,3 +98,19 @@ def test_bad_token_unknown_name_and_no_server_are_one_line_errors(tmp_path, serv
     assert rc == 2 and "unavailable" in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "o.parquet").exists()
     assert base.startswith("grpc://127.0.0.1:")
+
+
+def test_the_readers_find_the_server_reader_through_its_entry_point(tmp_path):
+    # smerge.datasets imports no transport code: a file is opened without it, and a grpc:// URL
+    # is claimed by the reader the `smerge.backends` entry point names (smerge.transport.flight_input)
+    import subprocess
+    import sys
+
+    pq.write_table(pa.table({"k": [1.0, 2.0]}), tmp_path / "a.parquet")
+    code = ("import sys\nfrom smerge.datasets import guess_backend, open_input\n"
+            f"src = open_input({str(tmp_path / 'a.parquet')!r}, keys=['k'])\n"
+            "print(src.format, any(m.startswith('smerge.transport') for m in sys.modules))\n"
+            "b = guess_backend('grpc://127.0.0.1:1/b')\n"
+            "print(b.name, type(b).__module__)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.split("\n")[:2] == ["parquet False", "flight smerge.transport.flight_input"]

@@ -25,7 +25,7 @@ import pytest
 
 from smerge.errors import OutputError, UsageError
 from smerge.index import BIndex
-from smerge.transport import flight_gate, flight_server
+from smerge.transport import flight_gate, flight_security, flight_server, tokens
 from smerge.transport.flight_client import IndexClient
 from smerge.transport.flight_server import IndexServer
 
@@ -119,10 +119,10 @@ def test_world_readable_token_file_warned_on_loopback(small_parquet, tmp_path):
 
 
 def test_token_longer_than_a_client_can_send_refused_at_start(small_parquet, tmp_path):
-    n = flight_server.MAX_TOKEN_CHARS
+    n = tokens.MAX_TOKEN_CHARS
     assert n == 4096
     ok = _token_file(tmp_path, "a" * n + "\n", name="ok")
-    assert flight_server.read_token_file(str(ok)) == "a" * n
+    assert tokens.read_token_file(str(ok)) == "a" * n
     too_long = _token_file(tmp_path, "a" * (n + 1), name="long")
     r = _cli(["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(too_long)])
     _one_line_exit_2(r, "4,097 characters", "at most 4,096")
@@ -143,7 +143,7 @@ def test_huge_token_file_is_not_read_whole(small_parquet, tmp_path):
     _one_line_exit_2(r, str(huge), "longer than 4,352 bytes")
     t0 = time.perf_counter()
     with pytest.raises(UsageError, match="longer than"):
-        flight_server.read_token_file(str(huge))
+        tokens.read_token_file(str(huge))
     assert time.perf_counter() - t0 < 0.5
     # the client side: SMERGE_TOKEN_FILE and rtm --token-file
     a = tmp_path / "a.parquet"
@@ -194,7 +194,7 @@ def test_folders_of_killed_servers_are_swept(small_parquet, short_tmp):
         assert {alien.name, untagged.name} <= names
         mine = [e for e in names if f"-{live.pid}-" in e]
         assert len(mine) == 1
-        assert flight_server.sweep_workdirs(str(tmp)) == []  # the owner runs
+        assert flight_security.sweep_workdirs(str(tmp)) == []  # the owner runs
     finally:
         live.send_signal(signal.SIGTERM)
         assert live.wait(30) == 0
