@@ -282,13 +282,13 @@ def end_to_end(n: int, repeats: int) -> dict:
                 stats[name] = json.loads(out.read_text())
         equal = pq.read_table(tmp / "plain.parquet").equals(pq.read_table(tmp / "summary.parquet"))
         # the same count in this process (no interpreter start-up): receiving and counting only
-        from smerge.cli.count import _count
+        from smerge.jobs.count import CountJob, count_source
 
         inproc: dict = {"plain": [], "summary": []}
         for _ in range(repeats):
             for name, (_, url) in servers.items():
                 t0 = time.perf_counter()
-                _count(url, "item", "t", str(LIFETIME), None, None)
+                count_source(CountJob(source=url, item="item", time="t", every=str(LIFETIME)))
                 inproc[name].append(time.perf_counter() - t0)
         return {"records": n, "repeats": repeats, "seconds": times, "in_process_seconds": inproc,
                 "median": {k: statistics.median(v[1:] or v) for k, v in times.items()},
@@ -443,7 +443,7 @@ def markdown(res: dict) -> str:
                   f"--every {LIFETIME} -o OUT.parquet` of {e['records']:,} records (Zipf 1.0, defaults), whole "
                   f"process (start-up included), medians of {e['repeats']} interleaved repeats (the first request "
                   "to each server left out of the whole-process median: it warms the server up and, for the "
-                  "summarised one, includes the summarising); in-process = `cli.count._count` in the bench's own process:", "",
+                  "summarised one, includes the summarising); in-process = `jobs.count.count_source` in the bench's own process:", "",
                   common.md_table(["stream", "seconds (median)", "seconds (all)", "in-process seconds (median)",
                                    "records received", "bytes received"],
                                   [[k, s[k], " ".join(f"{x:.2f}" for x in e["seconds"][k]),
