@@ -7,8 +7,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.jobs.sampling import (SampledCounts, apply_sample_all, apply_samples, count_sample_stats,  # noqa: F401
-                                  estimate, estimate_runs, estimate_spread, sample_stats, wjoin_sample_stats)
+from smerge.jobs.sampling import (apply_sample_all, apply_samples, estimate, estimate_runs,  # noqa: F401
+                                  estimate_spread, sample_stats, wjoin_sample_stats)
 
 SampleAOpt = Annotated[Optional[str], typer.Option("--sample-a", help="Read fraction F in (0, 1] of A when A is an "
                                                                       "archive folder (default 1: every record), or "
