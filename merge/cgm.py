@@ -10,6 +10,7 @@ once per input batch or output flush, and with adaptive K once per report window
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Callable, Iterable, Iterator
 
@@ -40,6 +41,28 @@ def _peek(it: Iterator[pa.RecordBatch]) -> tuple[pa.RecordBatch | None, Iterator
     return None, iter(())
 
 
+class _Gather:
+    """The payload of one flush's pairs, gathered in a thread of its own (Arrow's take releases
+    the GIL) while the engine runs the next passes; ``result()`` waits for it and re-raises."""
+
+    def __init__(self, fn: Callable[[], pa.RecordBatch]):
+        self._fn, self._out, self._err = fn, None, None
+        self._thread = threading.Thread(target=self._run, name="smerge-gather", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._out = self._fn()
+        except BaseException as e:  # re-raised by result(), in the engine's thread
+            self._err = e
+
+    def result(self) -> pa.RecordBatch:
+        self._thread.join()
+        if self._err is not None:
+            raise self._err
+        return self._out
+
+
 class _Side:
     """One input stream: its iterator, records read but not yet in the window, its row store."""
 
@@ -59,6 +82,8 @@ class _Side:
         self.wait_seconds = 0.0
         self.all_keys: list[np.ndarray] | None = [] if collect_keys else None
         self.all_rows: list[np.ndarray] | None = [] if collect_keys else None
+        self._bufs = [(np.empty((0, d), np.float64), np.empty(0, np.int64)) for _ in range(2)]
+        self._turn = 0
 
     def pull(self, consumed: int) -> int:
         """Read one more batch into the pending records; returns the new pending offset (0)."""
@@ -94,9 +119,26 @@ class _Side:
         if self.all_keys is not None:
             self.all_keys.append(k)
             self.all_rows.append(r)
-        self.pend_k = np.ascontiguousarray(np.concatenate([keep_k, k])) if keep_k.shape[0] else k
-        self.pend_r = np.concatenate([keep_r, r]) if keep_r.shape[0] else r
+        if keep_k.shape[0]:
+            self.pend_k, self.pend_r = self._joined(keep_k, keep_r, k, r)
+        else:
+            self.pend_k, self.pend_r = k, r
         return 0
+
+    def _joined(self, keep_k: np.ndarray, keep_r: np.ndarray, k: np.ndarray, r: np.ndarray):
+        """The records left over followed by the batch's, in one of two buffers used in turn
+        (not the one ``keep_k`` may lie in): a fresh array per batch costs page faults on every
+        megabyte, reused ones do not."""
+        n0, n = keep_k.shape[0], keep_k.shape[0] + k.shape[0]
+        self._turn ^= 1
+        bk, br = self._bufs[self._turn]
+        if bk.shape[0] < n:
+            bk = np.empty((max(n, 2 * bk.shape[0]), k.shape[1]), np.float64)
+            br = np.empty(bk.shape[0], np.int64)
+            self._bufs[self._turn] = (bk, br)
+        bk[:n0], bk[n0:n] = keep_k, k
+        br[:n0], br[n0:n] = keep_r, r
+        return bk[:n], br[:n]
 
     def first_unconsumed_row(self, consumed: int) -> int:
         return int(self.pend_r[consumed]) if consumed < self.pend_r.shape[0] else self.next_row
@@ -205,8 +247,9 @@ def cgm_merge(
                 batch = batch.append_column(f"{side.name}_row", pa.array(np.array(rows, dtype=np.int64)))
             unmatched(side.name, batch)
 
-    def flush() -> pa.RecordBatch | None:
-        """Gather pairs and unmatched records found so far; release rows no longer needed."""
+    def flush() -> _Gather | None:
+        """Gather pairs (in a thread: the result is collected at the next flush) and unmatched
+        records found so far; release rows no longer needed."""
         log_passes()
         npairs, nea, neb = (int(x) for x in counts[:3])
         stats.matched += npairs
@@ -215,8 +258,9 @@ def cgm_merge(
         out = None
         if npairs:
             ra, rb = pairs_a[:npairs].copy(), pairs_b[:npairs].copy()
-            out = pair_batch(out_schema, A.store.take(ra), B.store.take(rb),
-                             ra if params.with_ids else None, rb if params.with_ids else None)
+            va, vb = A.store.frozen(), B.store.frozen()
+            out = _Gather(lambda: pair_batch(out_schema, va.take(ra), vb.take(rb),
+                                             ra if params.with_ids else None, rb if params.with_ids else None))
         emit_unmatched(A, ev_a[:nea])
         emit_unmatched(B, ev_b[:neb])
         for side in (A, B):
@@ -231,6 +275,7 @@ def cgm_merge(
 
     if control is not None:
         st[6], st[7] = 0, n
+    gathering: _Gather | None = None
     passes = _kernel.CGMPasses(st, wak, war, wbk, wbr, eps, n, pairs_a, pairs_b, ev_a, ev_b, counts, pass_m,
                                pass_ret, sma, smb, spa, spb, work)
     while True:
@@ -242,13 +287,20 @@ def cgm_merge(
         elif status == _WINDOW:
             log_passes()
         else:
-            out = flush()
-            if out is not None and out.num_rows:
+            # The previous flush's pairs are yielded now, once this one's gather has started.
+            gathering, out = flush(), gathering
+            if out is not None:
+                out = out.result()
                 t0 = time.perf_counter()
                 yield out
                 yield_seconds += time.perf_counter() - t0
             if status == _ENDED:
                 break
+    if gathering is not None:
+        out = gathering.result()
+        t0 = time.perf_counter()
+        yield out
+        yield_seconds += time.perf_counter() - t0
 
     # Step 6: everything left in either window, the pending records and the rest of the
     # streams is unmatched. The rest is read batch by batch (keys still checked, memory bounded).

@@ -95,6 +95,13 @@ class RowStore:
             self._firsts.append(first_row)
             self.rows_held += batch.num_rows
 
+    def frozen(self) -> "RowStore":
+        """A view holding the segments held now: its ``take`` gives the same records whatever
+        ``append``, ``release`` or ``compact`` do to this store later (e.g. in another thread)."""
+        view = RowStore(self.schema)
+        view._segs, view._firsts, view.rows_held = list(self._segs), list(self._firsts), self.rows_held
+        return view
+
     def _last_row(self, seg) -> int:
         first, ids, batch = seg
         return int(ids[-1]) if ids is not None else first + batch.num_rows - 1
