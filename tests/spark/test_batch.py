@@ -71,11 +71,13 @@ partitions = 1
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", [["--partitions", "2"], ["--local", "--json"]])
-def test_batch_runs_every_job_and_reports(tmp_path, ncar_dir, mode):
+def test_batch_runs_every_job_and_reports(tmp_path, ncar_dir, mode, spark_cli):
+    """In this process, on the shared session (a real `smerge batch` process: the tests below)."""
     jf = jobs_file(tmp_path, ncar_dir)
-    r = run("batch", jf, *mode, cwd="/")
-    assert r.returncode == 2, r.stderr  # one job failed on bad input; the others completed
-    assert "job missing failed" in r.stderr and "nope.parquet" in r.stderr
+    rc, _, err = spark_cli("batch", jf, *mode, cwd="/")
+    assert rc == 2, err  # one job failed on bad input; the others completed
+    assert "job missing failed" in err and "nope.parquet" in err
+    assert spark_cli.masters == ([] if "--local" in mode else ["local[*]"])  # one session for the file
     summary = json.load(open(tmp_path / "jobs.summary.json"))
     status = {j["name"]: j["status"] for j in summary["jobs"]}
     assert status == {"storms": "ok", "missing": "failed", "far": "delta_violated", "url": "ok"}

@@ -172,13 +172,12 @@ def test_a_task_reads_only_the_runs_of_its_range(data):
     assert pa.Table.from_batches(parts).equals(whole) and src.counters["blocks_read"] == 6 * 4  # each run once
 
 
-def test_cli_on_spark_equals_local_with_relative_paths(tmp_path, data):
+def test_cli_on_spark_equals_local_with_relative_paths(tmp_path, data, spark_cli):
     """The CLI as a user runs it (relative paths, which the Spark route makes absolute after the
-    fraction is requested): same output and statistics as --local."""
+    fraction is requested): same output and statistics as --local. (In this process, on the
+    shared session.)"""
     import json
     import shutil
-    import subprocess
-    import sys
 
     arch, b = data
     shutil.copytree(arch, tmp_path / "arch")
@@ -186,10 +185,10 @@ def test_cli_on_spark_equals_local_with_relative_paths(tmp_path, data):
     common = ["cgm", "arch", "b.parquet", "--keys", "t", "--eps", "0.6", "--sample-a", "0.25", "--with-ids"]
     stats = {}
     for route, extra in (("spark", ["--master", "local[2]", "--partitions", "2"]), ("local", ["--local"])):
-        r = subprocess.run([sys.executable, "-m", "smerge", *common, *extra, "-o", f"{route}.parquet", "--stats",
-                            f"{route}.json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
+        rc, _, err = spark_cli(*common, *extra, "-o", f"{route}.parquet", "--stats", f"{route}.json", cwd=tmp_path)
+        assert rc == 0, err
         stats[route] = json.load(open(tmp_path / f"{route}.json"))
+    assert spark_cli.masters == ["local[2]"]
     assert stats["spark"]["execution"] == "spark" and stats["spark"]["partitions"] == 2
     assert pq.read_table(tmp_path / "spark.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
     for k in ("a_records", "matched", "a_sample_fraction", "a_records_estimate_95", "matched_estimate_95"):
@@ -223,15 +222,11 @@ def test_auto_from_the_environment_on_spark_exit_2(tmp_path, data, capsys, monke
     assert os.listdir(tmp_path) == []
 
 
-def test_an_archive_beside_a_url_input_exits_2_one_line(tmp_path, data):
-    """(A subprocess: the route of Spark's readers starts its own session.)"""
-    import subprocess
-    import sys
-
+def test_an_archive_beside_a_url_input_exits_2_one_line(tmp_path, data, spark_cli):
+    """(In this process: the route of Spark's readers starts its session, here the shared one.)"""
     arch, b = data
-    r = subprocess.run([sys.executable, "-m", "smerge", "cgm", arch, "file://" + b, "--keys", "t", "--eps", "0.6",
-                        "--master", "local[2]", "-o", "o.parquet"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "an archive cannot be read together with a URL input" in r.stderr
+    rc, _, err = spark_cli("cgm", arch, "file://" + b, "--keys", "t", "--eps", "0.6", "--master", "local[2]",
+                           "-o", "o.parquet", cwd=tmp_path)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "an archive cannot be read together with a URL input" in err
     assert os.listdir(tmp_path) == []

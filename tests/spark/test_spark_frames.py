@@ -9,9 +9,8 @@ ids really come from the split offsets.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -171,18 +170,18 @@ def test_url_input_errors(spark, tmp_path):
     assert not list(tmp_path.glob("x*")) and not list(tmp_path.glob(".*smerge*"))
 
 
-def test_cli_url_inputs(tmp_path):
+def test_cli_url_inputs(tmp_path, spark_cli):
+    """(In this process, on the shared session.)"""
     a = write_stream(tmp_path / "a.parquet", np.arange(200.0), np.zeros(200))
     b = write_stream(tmp_path / "b.parquet", np.arange(200.0) + 0.1, np.zeros(200))
-    cmd = [sys.executable, "-m", "smerge", "cgm", "--keys", "k1,k2", "--eps", "0.2", "--partitions", "2", "--json"]
-    r = subprocess.run([*cmd, url(a), url(b), "-o", "o.parquet"], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
-    assert r.stderr == ""
+    cmd = ["cgm", "--keys", "k1,k2", "--eps", "0.2", "--partitions", "2", "--json"]
+    rc, out, err = spark_cli(*cmd, url(a), url(b), "-o", "o.parquet", cwd=tmp_path)
+    assert rc == 0, err
+    assert err == ""
+    assert json.loads(out)["plan"] == {"a": "spark-scan", "b": "spark-scan"}
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 200
-    r = subprocess.run([*cmd, "--local", "s3a://bucket/a.parquet", b, "-o", "p.parquet"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "without --local" in r.stderr
+    rc, out, err = spark_cli(*cmd, "--local", "s3a://bucket/a.parquet", b, "-o", "p.parquet")
+    assert rc == 2 and err.count("\n") == 1 and "without --local" in err
     assert not (tmp_path / "p.parquet").exists()
 
 

@@ -5,9 +5,6 @@ run is expected to find beside the pairs it found."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -125,33 +122,32 @@ def test_one_partition_has_no_windows_or_estimate(spark, tmp_path, stations):
     assert s["partitions"] == 1 and "partition_windows" not in s and "pairs_expected" not in s
 
 
-def test_bad_window_mode_is_exit_2(tmp_path, stations):
-    """A bad smerge.partition.windows is one line, exit 2, and no output (CLI in a subprocess:
-    main() in-process would stop the shared session)."""
+def test_bad_window_mode_is_exit_2(tmp_path, stations, spark_cli):
+    """A bad smerge.partition.windows is one line, exit 2, and no output (the CLI in this process,
+    on the shared session)."""
     a, b = stations
     out = tmp_path / "x.parquet"
-    env = dict(os.environ, SMERGE_AUTO_MAX_BYTES="0")
-    r = subprocess.run([sys.executable, "-m", "smerge", "cgm", a, b, "--keys", "lat,lon", "--eps", "0.01",
-                        "--master", "local[1]", "--partitions", "2", "--conf", "smerge.partition.windows=wide",
-                        "--conf", "smerge.partition.min_records=1000", "-o", str(out)],
-                       capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 2, r.stderr
-    assert "smerge.partition.windows" in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    rc, _, err = spark_cli("cgm", a, b, "--keys", "lat,lon", "--eps", "0.01", "--master", "local[1]",
+                           "--partitions", "2", "--conf", "smerge.partition.windows=wide",
+                           "--conf", "smerge.partition.min_records=1000", "-o", str(out))
+    assert rc == 2, err
+    assert "smerge.partition.windows" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
     assert not out.exists()
 
 
-def test_summary_says_when_pairs_are_below_expected(tmp_path, stations):
+def test_summary_says_when_pairs_are_below_expected(tmp_path, stations, spark_cli):
+    """(The CLI in this process, on the shared session.)"""
     a, b = stations
-    env = dict(os.environ, SMERGE_AUTO_MAX_BYTES="0")
-    base = [sys.executable, "-m", "smerge", "cgm", a, b, "--keys", "lat,lon", "--eps", "0.01", "--master", "local[1]",
-            "--partitions", "3", "--conf", "smerge.partition.min_records=1000", "--overwrite"]
-    r = subprocess.run([*base, "-o", str(tmp_path / "f.parquet"), "--conf", "smerge.partition.windows=fixed",
-                        "--stats", str(tmp_path / "f.json")], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0, r.stderr
+    rc, out, err = spark_cli("cgm", a, b, "--keys", "lat,lon", "--eps", "0.01", "--master", "local[1]",
+                             "--partitions", "3", "--conf", "smerge.partition.min_records=1000", "--overwrite",
+                             "-o", str(tmp_path / "f.parquet"), "--conf", "smerge.partition.windows=fixed",
+                             "--stats", str(tmp_path / "f.json"))
+    assert rc == 0, err
     stats = json.loads((tmp_path / "f.json").read_text())
+    assert stats["execution"] == "spark" and spark_cli.masters == ["local[1]"]
     assert stats["pairs_check"].startswith("below 99%")
-    assert "expected" in r.stdout and f"{stats['pairs_expected']:,}" in r.stdout and "below 99%" in r.stdout
+    assert "expected" in out and f"{stats['pairs_expected']:,}" in out and "below 99%" in out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -132,19 +130,19 @@ def test_nan_key_error_from_a_task_is_one_line(spark, tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_runs_on_spark_by_default_and_equals_local(tmp_path):
+def test_cli_runs_on_spark_by_default_and_equals_local(tmp_path, spark_cli):
+    """(The CLI in this process, on the shared session.)"""
     a, b = _random_ab(tmp_path, 3)
     common = ["rtm", a, b, "--keys", "k", "--eps", "0.2", "--window", "100", "--with-ids", "--unmatched"]
-    r1 = subprocess.run([sys.executable, "-m", "smerge", *common, "us", "-o", "s.parquet", "--master", "local[2]",
-                         "--partitions", "3", "--stats", "s.json"], cwd=tmp_path, capture_output=True, text=True,
-                        timeout=300)
-    assert r1.returncode == 0, r1.stderr
-    assert r1.stderr == ""
-    r2 = subprocess.run([sys.executable, "-m", "smerge", *common, "ul", "-o", "l.parquet", "--local", "--json"],
-                        cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r2.returncode == 0, r2.stderr
-    s, loc = json.load(open(tmp_path / "s.json")), json.loads(r2.stdout)
+    rc, _, err = spark_cli(*common, "us", "-o", "s.parquet", "--master", "local[2]", "--partitions", "3",
+                           "--stats", "s.json", cwd=tmp_path)
+    assert rc == 0, err
+    assert err == ""
+    rc, out, err = spark_cli(*common, "ul", "-o", "l.parquet", "--local", "--json")
+    assert rc == 0, err
+    s, loc = json.load(open(tmp_path / "s.json")), json.loads(out)
     assert s["execution"] == "spark" and s["partitions"] == 3 and loc["execution"] == "local"
+    assert spark_cli.masters == ["local[2]"]
     for k in SAME_STATS:
         assert s.get(k) == loc.get(k), k
     for f, g in (("s.parquet", "l.parquet"), ("us.a.parquet", "ul.a.parquet"), ("us.b.parquet", "ul.b.parquet")):

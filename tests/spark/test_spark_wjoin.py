@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
@@ -135,16 +133,16 @@ def test_merge_parts_restores_the_completion_order(tmp_path):
     assert np.array_equal(got, keys[:, 0] * 10_000 + keys[:, 1] * 100 + keys[:, 2])
 
 
-def test_cli_runs_on_spark_by_default_and_equals_local(tmp_path):
+def test_cli_runs_on_spark_by_default_and_equals_local(tmp_path, spark_cli):
+    """(The CLI in this process, on the shared session.)"""
     paths = streams(tmp_path, 2, 200, 3, seed=31)
     common = ["wjoin", *paths, "--time", "t", "--window", "4", "--on", "k", "--with-ids"]
-    r1 = subprocess.run([sys.executable, "-m", "smerge", *common, "-o", "s.parquet", "--master", "local[2]",
-                         "--partitions", "3", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    assert r1.returncode == 0, r1.stderr
-    assert r1.stderr == ""  # Spark's log stays off the terminal
-    stats = json.loads(r1.stdout)
-    assert stats["execution"] == "spark" and stats["partitions"] == 3 and stats["master"] == "local[2]"
-    r2 = subprocess.run([sys.executable, "-m", "smerge", *common, "-o", "l.parquet", "--local"], cwd=tmp_path,
-                        capture_output=True, text=True, timeout=120)
-    assert r2.returncode == 0, r2.stderr
+    rc, out, err = spark_cli(*common, "-o", "s.parquet", "--master", "local[2]", "--partitions", "3", "--json",
+                             cwd=tmp_path)
+    assert rc == 0, err
+    assert err == ""
+    stats = json.loads(out)
+    assert stats["execution"] == "spark" and stats["partitions"] == 3 and spark_cli.masters == ["local[2]"]
+    rc, _, err = spark_cli(*common, "-o", "l.parquet", "--local")
+    assert rc == 0, err
     assert pq.read_table(tmp_path / "s.parquet").equals(pq.read_table(tmp_path / "l.parquet"))
