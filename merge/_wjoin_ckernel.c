@@ -78,6 +78,70 @@ static inline double sub_f64(double a, double b) { return a - b; }
 PURGE_WALK(i64, i64)
 PURGE_WALK(double, f64)
 
+/* Band conjuncts checked inside a probe, before a pair is formed: for each k < nb, candidate q's
+ * value cv[k * ncand + q] OP_k the partial tuple p's value pv[k * m + p] (OP: 0 <, 1 <=, 2 >,
+ * 3 >=). Values are float64 with NULL as NaN: a comparison with NaN is false, as a NULL drops
+ * the row, so the pairs kept are exactly those the conjuncts keep. */
+static inline int band_ok(i64 nb, const i64 *ops, const double *cv, i64 ncand, i64 q, const double *pv, i64 m,
+                          i64 p) {
+    for (i64 k = 0; k < nb; k++) {
+        double a = cv[k * ncand + q], b = pv[k * m + p];
+        int ok;
+        switch (ops[k]) {
+            case 0: ok = a < b; break;
+            case 1: ok = a <= b; break;
+            case 2: ok = a > b; break;
+            default: ok = a >= b; break;
+        }
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+/* append (p, q) to the growing pair arrays; 0 when memory runs out */
+static inline int push_pair(i64 **op, i64 **oc, i64 *cap, i64 total, i64 p, i64 q) {
+    if (total == *cap) {
+        i64 c2 = *cap * 2;
+        i64 *a = (i64 *)realloc(*op, sizeof(i64) * (size_t)c2);
+        if (!a) return 0;
+        *op = a;
+        a = (i64 *)realloc(*oc, sizeof(i64) * (size_t)c2);
+        if (!a) return 0;
+        *oc = a;
+        *cap = c2;
+    }
+    (*op)[total] = p;
+    (*oc)[total] = q;
+    return 1;
+}
+
+/* NLW-join probe with band conjuncts: the candidates of partial tuple p are positions
+ * [starts[p], ends[p]); pairs passing band_ok are written to malloc'd *out_parent / *out_cand
+ * (free with wj_free). Stops after limit + 1 pairs. Returns their number, -1 when out of memory. */
+i64 wj_range_probe(i64 m, const i64 *starts, const i64 *ends, i64 nb, const i64 *ops, const double *cv, i64 ncand,
+                   const double *pv, i64 limit, i64 **out_parent, i64 **out_cand) {
+    i64 cap = 2 * m > 16 ? 2 * m : 16, total = 0;
+    i64 *op = (i64 *)malloc(sizeof(i64) * (size_t)cap), *oc = (i64 *)malloc(sizeof(i64) * (size_t)cap);
+    if (!op || !oc) goto oom;
+    for (i64 p = 0; p < m; p++) {
+        for (i64 q = starts[p]; q < ends[p]; q++) {
+            if (!band_ok(nb, ops, cv, ncand, q, pv, m, p)) continue;
+            if (total > limit) goto done;
+            if (!push_pair(&op, &oc, &cap, total, p, q)) goto oom;
+            total++;
+        }
+    }
+done:
+    *out_parent = op;
+    *out_cand = oc;
+    return total;
+oom:
+    free(op);
+    free(oc);
+    *out_parent = *out_cand = NULL;
+    return -1;
+}
+
 /* HW-join probe in one pass: probes are taken in order of pe (order); before a probe, the
  * stream's records below its pe are inserted into an open-addressing table (hash -> newest
  * position) whose positions link to the previous one of the same hash, so each bucket is a
@@ -85,12 +149,14 @@ PURGE_WALK(double, f64)
  * stops at the first record before the period start lo. At limit + 1 pairs it stops early (the
  * caller refuses or splits the probe; the chains stay valid). The pairs are written to
  * malloc'd arrays *out_parent / *out_cand (free them with wj_free); returns their number, or
- * -1 when memory runs out. *inserted is updated. */
+ * -1 when memory runs out. *inserted is updated. Band conjuncts (nb of them, see band_ok) are
+ * checked before a pair is kept. */
 #define CHAIN_PROBE(T, SFX)                                                                             \
     i64 wj_chain_probe_##SFX(const u64 *hashes, i64 mask, i64 m, const i64 *order, const u64 *h,        \
                              const T *times, const T *lo, const T *hi, const i64 *pe, u64 *slot_h,      \
-                             i64 *slot_head, i64 *prv, i64 *inserted_io, i64 limit, i64 **out_parent,   \
-                             i64 **out_cand) {                                                          \
+                             i64 *slot_head, i64 *prv, i64 *inserted_io, i64 limit, i64 nb,             \
+                             const i64 *ops, const double *cv, i64 ncand, const double *pv,             \
+                             i64 **out_parent, i64 **out_cand) {                                        \
         i64 cap = 2 * m > 16 ? 2 * m : 16, total = 0, inserted = *inserted_io;                          \
         i64 *op = (i64 *)malloc(sizeof(i64) * (size_t)cap), *oc = (i64 *)malloc(sizeof(i64) * (size_t)cap); \
         if (!op || !oc) goto oom;                                                                       \
@@ -112,19 +178,9 @@ PURGE_WALK(double, f64)
             for (i64 q = slot_head[s]; q >= 0; q = prv[q]) {                                            \
                 T t = times[q];                                                                         \
                 if (t < lp) break;                                                                      \
-                if (t <= up) {                                                                          \
+                if (t <= up && (nb == 0 || band_ok(nb, ops, cv, ncand, q, pv, m, p))) {                 \
                     if (total > limit) goto done;                                                       \
-                    if (total == cap) {                                                                 \
-                        cap *= 2;                                                                       \
-                        i64 *a = (i64 *)realloc(op, sizeof(i64) * (size_t)cap);                         \
-                        if (!a) goto oom;                                                               \
-                        op = a;                                                                         \
-                        a = (i64 *)realloc(oc, sizeof(i64) * (size_t)cap);                              \
-                        if (!a) goto oom;                                                               \
-                        oc = a;                                                                         \
-                    }                                                                                   \
-                    op[total] = p;                                                                      \
-                    oc[total] = q;                                                                      \
+                    if (!push_pair(&op, &oc, &cap, total, p, q)) goto oom;                              \
                     total++;                                                                            \
                 }                                                                                       \
             }                                                                                           \

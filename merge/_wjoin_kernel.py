@@ -35,8 +35,10 @@ def _load() -> ctypes.CDLL:
         f.restype = _i64
         f = getattr(lib, f"wj_chain_probe_{sfx}")
         f.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, ctypes.POINTER(_i64), _i64,
-                      ctypes.POINTER(_p), ctypes.POINTER(_p)]
+                      _i64, _p, _p, _i64, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)]
         f.restype = _i64
+    lib.wj_range_probe.argtypes = [_i64, _p, _p, _i64, _p, _p, _i64, _p, _i64, ctypes.POINTER(_p), ctypes.POINTER(_p)]
+    lib.wj_range_probe.restype = _i64
     lib.wj_free.argtypes = [_p]
     lib.wj_free.restype = None
     return lib
@@ -54,6 +56,53 @@ def _ptr(a: np.ndarray, dtype) -> int:
 
 def _sfx(dtype) -> tuple[str, type]:
     return ("i64", ctypes.c_int64) if np.dtype(dtype) == np.int64 else ("f64", ctypes.c_double)
+
+
+BAND_OPS = {"<": 0, "<=": 1, ">": 2, ">=": 3}
+
+
+class Band:
+    """Band conjuncts checked inside a probe: pair (p, q) is kept when ``cand[k, q] OP_k
+    par[k, p]`` for every k (float64, NULL as NaN; ``ops`` codes from ``BAND_OPS``)."""
+
+    def __init__(self, ops: list[int], cand: list[np.ndarray], par: list[np.ndarray]):
+        self.n = len(ops)
+        self.ops = np.array(ops, np.int64)
+        self.cand = np.ascontiguousarray(np.stack(cand), np.float64) if cand else np.empty((0, 0))
+        self.par = np.ascontiguousarray(np.stack(par), np.float64) if par else np.empty((0, 0))
+
+    def args(self, m: int) -> list:
+        if self.n == 0:
+            return [0, None, None, 0, None]
+        assert self.par.shape[1] == m
+        return [self.n, _ptr(self.ops, np.int64), _ptr(self.cand, np.float64), self.cand.shape[1],
+                _ptr(self.par, np.float64)]
+
+
+_NO_BAND = Band([], [], [])
+
+
+def _pairs(total: int, out_p: ctypes.c_void_p, out_c: ctypes.c_void_p, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's malloc'd (parent, candidate) arrays as numpy copies; frees them."""
+    try:
+        if total < 0:
+            raise MemoryError(f"W-join {what}: out of memory")
+        return tuple(np.ctypeslib.as_array(ctypes.cast(x, ctypes.POINTER(_i64)), (total,)).copy()
+                     if total else np.empty(0, np.int64) for x in (out_p, out_c))
+    finally:
+        _LIB.wj_free(out_p)
+        _LIB.wj_free(out_c)
+
+
+def range_probe(starts: np.ndarray, ends: np.ndarray, band: Band, limit: int = 2**62) -> tuple[np.ndarray, np.ndarray]:
+    """``expand_ranges`` keeping only the pairs that pass ``band`` (stops after ``limit`` + 1 pairs)."""
+    starts, ends = np.ascontiguousarray(starts, np.int64), np.ascontiguousarray(ends, np.int64)
+    m = starts.shape[0]
+    out_p, out_c = _p(), _p()
+    nb, ops, cv, ncand, pv = band.args(m)
+    total = _LIB.wj_range_probe(m, _ptr(starts, np.int64), _ptr(ends, np.int64), nb, ops, cv, ncand, pv, int(limit),
+                                ctypes.byref(out_p), ctypes.byref(out_c))
+    return _pairs(total, out_p, out_c, "range probe")
 
 
 def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at,
@@ -119,12 +168,12 @@ class BucketIndex:
         self._inserted = 0
 
     def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              pe: np.ndarray, limit: int = 2**62) -> tuple[np.ndarray, np.ndarray]:
+              pe: np.ndarray, limit: int = 2**62, band: Band | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
         among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``). Successive
         calls on one index must come in arrival order (every ``pe`` >= the last call's). More than
         ``limit`` pairs: the walk stops after ``limit`` + 1 of them (memory bounded by the limit);
-        the caller must not use that result, only its size."""
+        the caller must not use that result, only its size. ``band``: conjuncts a pair must pass."""
         if self.hashes.shape[0] == 0 or h.shape[0] == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         pe = np.ascontiguousarray(pe, np.int64)
@@ -144,14 +193,7 @@ class BucketIndex:
             _ptr(self.hashes, np.uint64), self.mask, h.shape[0], _ptr(order, np.int64), _ptr(h, np.uint64),
             _ptr(times, dt), _ptr(lo, dt), _ptr(hi, dt), _ptr(pe, np.int64), _ptr(self._slot_h, np.uint64),
             _ptr(self._slot_head, np.int64), _ptr(self._prv, np.int64), ctypes.byref(inserted), int(limit),
-            ctypes.byref(out_p), ctypes.byref(out_c))
-        if total < 0:
-            raise MemoryError("W-join hash probe: out of memory")
-        self._inserted = inserted.value
-        try:
-            parent, cand = (np.ctypeslib.as_array(ctypes.cast(x, ctypes.POINTER(_i64)), (total,)).copy()
-                            if total else np.empty(0, np.int64) for x in (out_p, out_c))
-        finally:
-            _LIB.wj_free(out_p)
-            _LIB.wj_free(out_c)
-        return parent, cand
+            *(band or _NO_BAND).args(h.shape[0]), ctypes.byref(out_p), ctypes.byref(out_c))
+        if total >= 0:
+            self._inserted = inserted.value
+        return _pairs(total, out_p, out_c, "hash probe")

@@ -39,7 +39,8 @@ import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError
 from smerge.merge import expr as X
-from smerge.merge._wjoin_kernel import INT_NEG, INT_POS, BucketIndex, expand_ranges, purge_walk
+from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
+                                        range_probe)
 from smerge.merge.stats import BoundedSeries
 from smerge.merge.wjoin_hashing import hash_terms, hash_values
 from smerge.merge.wjoin_params import WJoinParams
@@ -326,6 +327,25 @@ def _too_large(plan: Plan, i: int, j: int, bound: list[int], total: int, probed:
         f"equality such as {plan.aliases[j]}.col = {plan.aliases[bound[0]]}.col to --where")
 
 
+def _band(terms, comb_tab, mem, cache: dict) -> Band:
+    """The values a level's band conjuncts compare: per candidate record of the probed stream
+    (computed once per chunk, kept in ``cache``) and per partial tuple of the bound one."""
+    def values(s, col, adj):
+        key = ("band", s, col, adj)
+        if key not in cache:
+            c = comb_tab[s].column(col)
+            v = X.to_numpy(c)
+            if adj is not None:
+                v = v + adj[1] if adj[0] == "+" else v - adj[1]
+            if c.null_count:
+                v = np.where(X.to_numpy(pc.is_null(c)), np.nan, v)
+            cache[key] = v
+        return cache[key]
+
+    return Band([BAND_OPS[t.op] for t in terms], [values(*t.cand) for t in terms],
+                [values(*t.par)[mem[t.par[0]]] for t in terms])
+
+
 class _Split(Exception):
     """A block of arrivals would form too many partial tuples at once: halve it."""
 
@@ -375,27 +395,34 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
             hi = h_ if hi is None else np.minimum(hi, h_)
         probes = [] if hashed or pair_buckets is None else _pair_probe(plan, j, bound, plan.level_conj[i][lvl])
         limit = SPLIT_TUPLES if can_split else MAX_PARTIAL_TUPLES  # a probe stops past it (then split or refuse)
+        band = _band(plan.level_band[i][lvl], comb_tab, mem, buckets) if plan.level_band[i][lvl] else None
         if hashed:
             # One index per (arriving stream, probed stream): its chains grow block by block.
             if (i, j) not in buckets:
                 buckets[(i, j)] = BucketIndex(comb_h[j])
-            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx], limit)
+            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
         elif probes:
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(hash_terms(comb_tab[j], [p[0] for p in probes]))
             hp = hash_values([(comb_tab[cb.stream].column(cb.name).take(X.from_numpy(mem[cb.stream])), cj.kind)
                                for cj, cb in probes], a_idx.shape[0])
-            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit)
+            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
             end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)
             total = int(np.maximum(end - start, 0).sum())
+            if band is not None:  # the band conjuncts filter the ranges before any pair is held
+                parent, cand = range_probe(start, end, band, limit)
+                if parent.shape[0] > limit and not can_split:
+                    raise _too_large(plan, i, j, bound, total)
+                total = 0
             if total > SPLIT_TUPLES and can_split:
                 raise _Split(total)
             if total > MAX_PARTIAL_TUPLES:
                 raise _too_large(plan, i, j, bound, total)
-            parent, cand = expand_ranges(start, end)
+            if band is None:
+                parent, cand = expand_ranges(start, end)
         if parent.shape[0] > SPLIT_TUPLES and can_split:
             raise _Split(parent.shape[0])
         if parent.shape[0] > MAX_PARTIAL_TUPLES:  # a probe that stopped at the limit

@@ -9,7 +9,7 @@ streams are probed and the conjuncts applied at each level, and the output schem
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -89,6 +89,54 @@ class Plan:
     out_names: list[list[tuple[str, str]]]  # per stream: (column, output name)
     id_names: list[str]
     aliases: tuple[str, ...] = ()
+    # [arriving stream][level] -> band conjuncts checked inside the probe of that level (taken
+    # out of level_conj): see BandTerm
+    level_band: list[list[list["BandTerm"]]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BandTerm:
+    """A conjunct ``cand OP par`` between the stream probed at a level and one already bound,
+    both sides float64 columns, each optionally plus or minus a numeric literal (``adj``:
+    ("+" or "-", value) or None). Checked inside the compiled probe, before a pair is formed,
+    with the arithmetic Arrow uses (float64; NULL as NaN, which fails every comparison)."""
+
+    op: str  # "<", "<=", ">", ">=" with the probed stream on the left
+    cand: tuple[int, str, tuple[str, float] | None]  # (stream, column, adj)
+    par: tuple[int, str, tuple[str, float] | None]
+
+
+_FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+
+
+def _band_side(x: X.Node, schemas: Sequence[pa.Schema]):
+    """(stream, column, adj) when ``x`` is a float64 column, alone or plus/minus a numeric literal."""
+    adj = None
+    if isinstance(x, X.Arith) and x.op in ("+", "-"):
+        col, lit = x.left, x.right
+        if x.op == "+" and isinstance(col, X.Lit):
+            col, lit = lit, col
+        if not (isinstance(col, X.Col) and isinstance(lit, X.Lit) and lit.kind == "num"
+                and type(lit.value) in (int, float) and (type(lit.value) is float or abs(lit.value) <= 2**53)):
+            return None
+        adj, x = (x.op, float(lit.value)), col
+    if not isinstance(x, X.Col) or schemas[x.stream].field(x.name).type != pa.float64():
+        return None
+    return x.stream, x.name, adj
+
+
+def _band_term(c: X.Node, j: int, schemas: Sequence[pa.Schema]) -> BandTerm | None:
+    """``c`` as a BandTerm with stream ``j`` as the candidate side, or None."""
+    if not isinstance(c, X.Cmp) or c.op not in _FLIP:
+        return None
+    left, right = _band_side(c.left, schemas), _band_side(c.right, schemas)
+    if left is None or right is None or left[0] == right[0]:
+        return None
+    if left[0] == j:
+        return BandTerm(c.op, left, right)
+    if right[0] == j:
+        return BandTerm(_FLIP[c.op], right, left)
+    return None
 
 
 def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Sequence[str] | None = None) -> Plan:
@@ -128,7 +176,7 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
                          "S1.a = S2.a = ... in --where); none cover all streams")
     if method == "nested-loop":
         hash_terms = None
-    orders, level_conj = [], []
+    orders, level_conj, level_band = [], [], []
     sets = [X.streams_of(c) for c in conj]
     for i in range(n):
         bound, order = [i], []
@@ -148,8 +196,14 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
         for c, s in zip(conj, sets):
             lvl = max((bound.index(x) for x in s), default=0)
             levels[lvl].append(c)
+        bands: list[list[BandTerm]] = [[] for _ in range(n)]
+        for lvl in range(1, n):
+            terms = [(c, _band_term(c, order[lvl - 1], schemas)) for c in levels[lvl]]
+            bands[lvl] = [b for _, b in terms if b is not None]
+            levels[lvl] = [c for c, b in terms if b is None]
         orders.append(order)
         level_conj.append(levels)
+        level_band.append(bands)
     out_fields, out_names, id_names = [], [], []
     used = set()
     for s, a in enumerate(params.aliases):
@@ -169,7 +223,7 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
             id_names.append(nm)
             out_fields.append(pa.field(nm, pa.int64()))
     return Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
-                 orders=orders, level_conj=level_conj, out_schema=pa.schema(out_fields), out_names=out_names,
+                 orders=orders, level_conj=level_conj, level_band=level_band, out_schema=pa.schema(out_fields), out_names=out_names,
                  id_names=id_names, aliases=tuple(params.aliases))
 
 
@@ -207,4 +261,4 @@ def output_schema(schemas: Sequence[pa.Schema], params: WJoinParams) -> pa.Schem
     return make_plan(schemas, params).out_schema
 
 
-__all__ = ["Plan", "make_plan", "output_schema"]
+__all__ = ["Plan", "BandTerm", "make_plan", "output_schema"]
