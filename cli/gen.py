@@ -38,7 +38,9 @@ def gen(
         t0 = time.perf_counter()
 
         from smerge.datasets import check_output_path, format_for, open_output
-        from smerge.datasets.outputs import claim_file, make_temp_file, space_errors
+        from smerge.datasets.output_commit import claim_file
+        from smerge.datasets.output_space import space_errors
+        from smerge.datasets.output_staging import make_temp_file
         from smerge.datasets.gen import MIN_RECORD_BYTES, GenParams, check_netcdf_names, generate, write_netcdf
         from smerge.memory import check_free_space
         from smerge.errors import UsageError

@@ -96,7 +96,7 @@ class GridWriter:
     def _bucket_writer(self, k: int):
         if k not in self._spill:
             if self._spill_dir is None:
-                from smerge.datasets.outputs import make_staging
+                from smerge.datasets.output_staging import make_staging
 
                 self._spill_dir = make_staging(self.path, "tmp")
             sink = pa.OSFile(os.path.join(self._spill_dir, f"b{k:05d}.arrows"), "wb")
@@ -164,7 +164,7 @@ class GridWriter:
         try:
             self._close()
         except RuntimeError as e:  # HDF5 loses the errno: "NetCDF: HDF error" on a full disk
-            from smerge.datasets.outputs import space_errno
+            from smerge.datasets.output_space import space_errno
 
             err = space_errno(e, self.path)
             if err is None:

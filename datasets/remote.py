@@ -211,7 +211,7 @@ def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o") -
     and answers (credentials, endpoint), the key is absent (or ``overwrite``), a folder output
     replaces only a prefix smerge wrote (its marker object), a file output is not a prefix.
     ``OutputError`` (one line, exit 2) otherwise."""
-    from smerge.datasets.outputs import MARKER
+    from smerge.datasets.output_staging import MARKER
     from smerge.errors import OutputError
 
     label = _label(opt)
@@ -287,7 +287,7 @@ def upload_dir(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> No
     that the new one does not hold are removed after. The folder rule is checked again first."""
     import shutil
 
-    from smerge.datasets.outputs import MARKER
+    from smerge.datasets.output_staging import MARKER
 
     fs, p = filesystem(path)
     p = p.rstrip("/")

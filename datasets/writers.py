@@ -16,8 +16,10 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from smerge.datasets.outputs import (MARKER, check_target, claim_file, identity, make_staging,  # noqa: F401
-                                     make_temp_file, replace_dir, retract, space_errors)
+from smerge.datasets.output_commit import claim_file, identity, replace_dir, retract
+from smerge.datasets.output_space import space_errors
+from smerge.datasets.output_staging import make_staging, make_temp_file
+from smerge.datasets.outputs import check_target
 from smerge.errors import OutputError, UsageError, param
 
 FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".arrow": "arrow", ".feather": "arrow",

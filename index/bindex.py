@@ -397,7 +397,10 @@ def build_index(src, directory: str, *, name: str | None = None, nan_keys: str =
     """Build and persist an index of ``src`` (an InputSource) under ``directory`` (atomically)."""
     import shutil
 
-    from smerge.datasets.outputs import check_target, make_staging, replace_dir, space_errors
+    from smerge.datasets.output_commit import replace_dir
+    from smerge.datasets.output_space import space_errors
+    from smerge.datasets.output_staging import make_staging
+    from smerge.datasets.outputs import check_target
 
     # the output rule of smerge.datasets.outputs: a marked staging folder, put in place atomically;
     # a full disk is one line (libspatialindex reports it as a "Corrupted data file")

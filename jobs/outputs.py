@@ -12,7 +12,10 @@ import time
 import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_output
-from smerge.datasets.outputs import check_distinct, check_target, claim_file, make_temp_file, space_errors
+from smerge.datasets.output_commit import claim_file
+from smerge.datasets.output_space import space_errors
+from smerge.datasets.output_staging import make_temp_file
+from smerge.datasets.outputs import check_distinct, check_target
 from smerge.datasets.writers import GRID_FORMATS, is_dataset_path
 from smerge.errors import UsageError, param
 from smerge.jobs.inputs import PreparedMerge
@@ -129,7 +132,7 @@ def committed(outputs):
 
 def write_stats(path: str, stats: dict, *, overwrite: bool = True, opt: str = param.stats) -> None:
     """Write the statistics JSON atomically (owner-tagged temporary file, umask modes); without
-    ``overwrite`` its name is claimed atomically (``smerge.datasets.outputs.claim_file``)."""
+    ``overwrite`` its name is claimed atomically (``smerge.datasets.output_commit.claim_file``)."""
     tmp = make_temp_file(path)
     try:
         with space_errors(path, where=tmp, opt=opt):

@@ -230,7 +230,7 @@ def _title(s: dict) -> str:
 def save_plot(stats: dict, path: str, *, dpi: int = DEFAULT_DPI, title: str | None = None) -> Series:
     """Write the PNG to ``path`` (a temporary file beside it, renamed when complete); returns
     the series drawn. Its size is 800 x (220 x panels) pixels at the default dpi."""
-    from smerge.datasets.outputs import make_temp_file
+    from smerge.datasets.output_staging import make_temp_file
 
     fig, series = plot_figure(stats, title=title)
     tmp = make_temp_file(path, ".png")

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from smerge.datasets.outputs import make_staging
+from smerge.datasets.output_staging import make_staging
 from smerge.errors import OutputError, UsageError
 from smerge.spark.actions import run_job
 from smerge.spark.session import (DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session,
@@ -49,7 +49,7 @@ class SparkRun:
 
     def staging(self, output: str, kind: str, folders: tuple[str, ...] = ()) -> str:
         """An owner-tagged staging folder beside ``output`` (leftovers of killed runs there are
-        swept first; ``smerge.datasets.outputs.make_staging``), with ``folders`` in it. It is
+        swept first; ``smerge.datasets.output_staging.make_staging``), with ``folders`` in it. It is
         removed when the run ends, whatever ends it; a folder moved into place before (a
         Parquet dataset output) is simply gone from here."""
         path = make_staging(output, kind)
@@ -79,7 +79,7 @@ def task_write_error(e: BaseException, staging: str):
     reports in one line (exit 2) instead of a failed Spark job."""
     import re
 
-    from smerge.datasets.outputs import write_error
+    from smerge.datasets.output_space import write_error
 
     folder, base = os.path.split(staging.rstrip("/"))
     m = re.match(r"^\.(.+?)\.smerge-", base)

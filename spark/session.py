@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.outputs import host_tag, owner_pid_gone
+from smerge.datasets.output_staging import host_tag, owner_pid_gone
 from smerge.errors import UsageError, param
 
 DEFAULT_MASTER = "local[*]"
@@ -45,7 +45,7 @@ def quiet_stderr(log_path: str):
 
 def spark_log_path() -> str:
     """This process's Spark log: ``smerge-spark-<host>-<pid>.log`` in the temporary folder
-    (owner-tagged as ``smerge.datasets.outputs`` names temporary files)."""
+    (owner-tagged as ``smerge.datasets.output_staging`` names temporary files)."""
     return os.path.join(tempfile.gettempdir(), f"smerge-spark-{host_tag()}-{os.getpid()}.log")
 
 
@@ -61,7 +61,7 @@ def discard_log() -> None:
 
 def remove_stale_logs(keep: int = KEEP_FAILED_LOGS) -> None:
     """Rotate the Spark logs of smerge processes that no longer run (this host, boot and pid
-    namespace; see ``smerge.datasets.outputs.owner_pid_gone``): these are failed or killed
+    namespace; see ``smerge.datasets.output_staging.owner_pid_gone``): these are failed or killed
     runs (a run that succeeds removes its own, ``discard_log``); the ``keep`` newest stay for a
     look, older ones are removed. Untagged logs of older smerge versions last written before
     this boot are removed too."""

@@ -29,9 +29,9 @@ _WORKDIR_RE = re.compile(r"^smerge-serve-(?P<host>[0-9a-f]{10})-(?P<pid>\d+)-[A-
 
 def make_workdir() -> str:
     """The server's private folder (mode 0700) in the temporary directory, named after its owner
-    (``smerge-serve-<host>-<pid>-<random>``, the owner tag of ``datasets.outputs``), after
+    (``smerge-serve-<host>-<pid>-<random>``, the owner tag of ``datasets.output_staging``), after
     removing the folders of servers that were killed (owner provably gone)."""
-    from smerge.datasets.outputs import host_tag
+    from smerge.datasets.output_staging import host_tag
 
     sweep_workdirs()
     try:
@@ -45,7 +45,7 @@ def make_workdir() -> str:
 def sweep_workdirs(directory: str | None = None) -> list[str]:
     """Remove this user's server folders in ``directory`` (default: the temporary directory)
     whose server provably no longer runs; returns their paths. Best effort."""
-    from smerge.datasets.outputs import owner_pid_gone
+    from smerge.datasets.output_staging import owner_pid_gone
 
     directory = directory or tempfile.gettempdir()
     removed = []

@@ -32,7 +32,8 @@ from smerge.datasets.archive.manifest import (
     MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _fsync_path, _make_dir, _short,
     _write_manifest, all_blocks, max_time, min_time, read_manifest, schema_list)
 from smerge.datasets.archive.probe import is_archive
-from smerge.datasets.outputs import remove_stale, space_cause
+from smerge.datasets.output_space import space_cause
+from smerge.datasets.output_staging import remove_stale
 from smerge.errors import InputError, OutputError, UsageError
 
 

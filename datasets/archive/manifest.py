@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.archive.probe import MANIFEST
-from smerge.datasets.outputs import temp_name
+from smerge.datasets.output_staging import temp_name
 from smerge.errors import InputError
 
 ARCHIVE_FORMAT = "smerge-archive"

@@ -15,7 +15,9 @@ import threading
 import numpy as np
 import pyarrow as pa
 
-from smerge.datasets.outputs import claim_file, identity, mark_dataset, replace_dir, retract, space_errors
+from smerge.datasets.output_commit import claim_file, identity, replace_dir, retract
+from smerge.datasets.output_space import space_errors
+from smerge.datasets.output_staging import mark_dataset
 from smerge.datasets.writers import DATASET_FORMAT
 from smerge.errors import OutputError
 from smerge.jobs.inputs import PreparedMerge

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from smerge.datasets.outputs import MARKER
+from smerge.datasets.output_staging import MARKER
 from cli_run import run_cli  # noqa: E402 (tests/helpers: the shared CLI test helper)
 
 SMERGE = [sys.executable, "-m", "smerge"]

@@ -14,8 +14,10 @@ import pyarrow as pa
 import pytest
 
 from smerge.datasets import open_output
-from smerge.datasets.outputs import (MARKER, check_distinct, check_target, host_tag, make_staging, make_temp_file,
-                                     owner_gone, remove_stale, replace_dir, temp_name)
+from smerge.datasets.output_commit import replace_dir
+from smerge.datasets.output_staging import (MARKER, host_tag, make_staging, make_temp_file, owner_gone, remove_stale,
+                                            temp_name)
+from smerge.datasets.outputs import check_distinct, check_target
 from smerge.errors import OutputError
 from smerge.jobs import write_stats
 

@@ -17,8 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import smerge.datasets.outputs as outputs
-from smerge.datasets.outputs import MARKER, claim_file, make_staging, make_temp_file, renameat2, replace_dir
+import smerge.datasets.atomic_rename as atomic_rename
+import smerge.datasets.output_commit as output_commit
+from smerge.datasets.atomic_rename import RENAME_EXCHANGE, RENAME_NOREPLACE, renameat2
+from smerge.datasets.output_commit import claim_file, replace_dir
+from smerge.datasets.output_staging import MARKER, make_staging, make_temp_file
 from smerge.datasets.writers import open_output
 from smerge.errors import OutputError
 from smerge.jobs.outputs import commit_outputs
@@ -46,8 +49,9 @@ def limit_as():
 def claim_route(request, monkeypatch):
     """Every route of the atomic claim: the kernel's RENAME_NOREPLACE/EXCHANGE, else a hard
     link (files) or mkdir-then-rename (folders), else an O_EXCL placeholder renamed over."""
-    if request.param != "renameat2":
-        monkeypatch.setattr(outputs, "renameat2", lambda *a: False)
+    if request.param != "renameat2":  # the claim (atomic_rename) and the exchange (output_commit)
+        monkeypatch.setattr(atomic_rename, "renameat2", lambda *a: False)
+        monkeypatch.setattr(output_commit, "renameat2", lambda *a: False)
     if request.param == "placeholder":
         def no_link(*a, **k):
             raise OSError(errno.EPERM, "links not supported here")
@@ -61,8 +65,8 @@ def test_renameat2_is_available_here(tmp_path):
     a.write_text("a")
     b.write_text("b")
     with pytest.raises(FileExistsError):
-        renameat2(str(a), str(b), outputs.RENAME_NOREPLACE)
-    assert renameat2(str(a), str(b), outputs.RENAME_EXCHANGE)
+        renameat2(str(a), str(b), RENAME_NOREPLACE)
+    assert renameat2(str(a), str(b), RENAME_EXCHANGE)
     assert (a.read_text(), b.read_text()) == ("b", "a")
 
 
@@ -217,7 +221,7 @@ def test_a_foreign_folder_swapped_in_is_given_back(tmp_path, monkeypatch):
     ds = tmp_path / "ds"
     dataset(ds, 0)
     staging = make_staging(str(ds), "tmp", dataset=True)
-    real = outputs._refuse_existing_dir
+    real = output_commit.refuse_existing_dir
     calls = []
 
     def sneaky(path, opt):
@@ -228,7 +232,7 @@ def test_a_foreign_folder_swapped_in_is_given_back(tmp_path, monkeypatch):
             os.mkdir(ds)
             (ds / "thesis.tex").write_text("years of work")
 
-    monkeypatch.setattr(outputs, "_refuse_existing_dir", sneaky)
+    monkeypatch.setattr(output_commit, "refuse_existing_dir", sneaky)
     with pytest.raises(OutputError, match="smerge did not write"):
         replace_dir(staging, str(ds), overwrite=True)
     assert (ds / "thesis.tex").read_text() == "years of work"
@@ -237,10 +241,11 @@ def test_a_foreign_folder_swapped_in_is_given_back(tmp_path, monkeypatch):
 KILL_BETWEEN = textwrap.dedent("""
     import os, signal, sys
     import pyarrow as pa
-    import smerge.datasets.outputs as outputs
+    import smerge.datasets.atomic_rename as atomic_rename
+    import smerge.datasets.output_commit as output_commit
     from smerge.datasets.writers import open_output
 
-    outputs.renameat2 = lambda *a: False  # no exchange here: the two-rename fallback
+    atomic_rename.renameat2 = output_commit.renameat2 = lambda *a: False  # no exchange here: the two-rename fallback
     real = os.rename
     def rename(src, dst):
         real(src, dst)

@@ -1,0 +1,214 @@
+"""Staging an output: owner-tagged temporary files and folders, smerge's folder marker, and the
+sweep of what killed runs left behind.
+
+Temporary names carry their owner: ``.<name>.smerge-<kind>-<host>-<pid>-<rand>``, where
+``<host>`` digests the host name, boot id and pid namespace; ``remove_stale`` removes the
+entries whose owner is provably gone (and puts back a previous folder output a killed run had
+renamed aside), anything else is left alone. Every dataset folder smerge writes carries the
+marker file ``MARKER``, put in the staging folder before it is renamed into place: the replace
+rule (``refuse_existing_dir``) lets ``--overwrite`` replace only such folders, or empty ones.
+Files and folders are created with ``0o666``/``0o777`` and the umask applied.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import shutil
+import socket
+from functools import lru_cache
+
+from smerge.datasets.atomic_rename import rename_noreplace
+from smerge.datasets.output_space import write_error
+from smerge.errors import OutputError
+
+MARKER = ".smerge-dataset"
+MARKER_TEXT = "This folder was written by smerge; `--overwrite` may replace it as a whole.\n"
+TEMP_KINDS = ("tmp", "old", "spark", "rtm", "wjoin", "index")
+_TEMP_RE = re.compile(r"\.smerge-(?:%s)-(?P<host>[0-9a-f]{10})-(?P<pid>\d+)-[0-9a-f]{8}(?:\.[A-Za-z0-9]+)?$"
+                      % "|".join(TEMP_KINDS))
+
+
+def remote_target(path: str) -> str | None:
+    """An object-store URL (s3://, gs://, az://, https://; ``smerge.datasets.remote``) without
+    its trailing slash, or None: such outputs are written locally and uploaded at the commit."""
+    from smerge.datasets.remote import is_remote
+
+    return path.rstrip("/") if is_remote(path) else None
+
+
+def local_stand_in(target: str) -> str:
+    """Where the temporary file or folder of ``target`` is made: beside it, or for an object-store
+    output in the local temporary folder (``TMPDIR``), named after it."""
+    if not remote_target(target):
+        return target
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), os.path.basename(target.rstrip("/")) or "output")
+
+
+def is_marked(folder: str) -> bool:
+    """True when ``folder`` carries smerge's dataset marker (smerge wrote it)."""
+    return os.path.isfile(os.path.join(folder, MARKER))
+
+
+def mark_dataset(folder: str) -> None:
+    """Put the marker in a (staging) folder smerge writes, before it is moved into place."""
+    with open(os.path.join(folder, MARKER), "w") as f:
+        f.write(MARKER_TEXT)
+
+
+def is_empty_dir(path: str) -> bool:
+    """True for a folder with nothing in it (it counts as absent)."""
+    try:
+        with os.scandir(path) as it:
+            return next(it, None) is None
+    except OSError:
+        return False
+
+
+def refuse_existing_dir(path: str, opt: str) -> None:
+    """The replace rule for an existing folder: only an empty one or one smerge wrote."""
+    if not (is_empty_dir(path) or is_marked(path)):
+        raise OutputError(f"{opt} {path!r} is a folder smerge did not write (no {MARKER} marker in it); "
+                          f"--overwrite replaces only smerge's own dataset folders: remove it yourself or "
+                          f"choose another {opt}")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+@lru_cache(maxsize=1)
+def host_tag() -> str:
+    """10 hex digits naming this host, boot and pid namespace (a pid means one process there)."""
+    try:
+        pidns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pidns = ""
+    ident = "\0".join((socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), pidns))
+    return hashlib.sha256(ident.encode()).hexdigest()[:10]
+
+
+def temp_name(target: str, kind: str = "tmp", suffix: str = "") -> str:
+    """A hidden owner-tagged path beside ``target``: ``.<name>.smerge-<kind>-<host>-<pid>-<rand>``."""
+    assert kind in TEMP_KINDS
+    target = os.path.abspath(target.rstrip("/" + os.sep) or target)
+    name = f".{os.path.basename(target)}.smerge-{kind}-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+    return os.path.join(os.path.dirname(target), name)
+
+
+def owner_gone(name: str) -> bool:
+    """True when ``name`` is an owner-tagged temporary name whose owner provably no longer runs."""
+    m = _TEMP_RE.search(name)
+    return bool(m) and owner_pid_gone(m.group("host"), int(m.group("pid")))
+
+
+def owner_pid_gone(host: str, pid: int) -> bool:
+    """True when process ``pid`` of ``host`` (a ``host_tag``) provably no longer runs: the tag
+    is this host's, boot's and pid namespace's, and no process ``pid`` exists here."""
+    if host != host_tag() or pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: it runs under another user
+        return False
+    return False
+
+
+def remove_stale(directory: str) -> list[str]:
+    """Remove the temporary files and staging folders in ``directory`` left by killed runs
+    (owner provably gone); returns the removed paths. Errors are ignored (best effort)."""
+    removed = []
+    try:
+        entries = [e for e in os.scandir(directory) if e.name.startswith(".") and ".smerge-" in e.name]
+    except OSError:
+        return removed
+    for e in entries:
+        if not owner_gone(e.name):
+            continue
+        try:
+            if _restore_old(e):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                shutil.rmtree(e.path)
+            else:
+                os.unlink(e.path)
+            removed.append(e.path)
+        except OSError:
+            pass
+    return removed
+
+
+def make_temp_file(target: str, suffix: str = "") -> str:
+    """Create an empty owner-tagged temporary file beside ``target`` (mode 0666 minus the
+    umask) after sweeping the leftovers of killed runs there; returns its path."""
+    target = local_stand_in(target)
+    remove_stale(os.path.dirname(os.path.abspath(target)))
+    tmp = temp_name(target, "tmp", suffix)
+    try:
+        os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except OSError as e:
+        raise write_error(e, target) or OutputError(f"cannot write in {os.path.dirname(tmp)!r} ({e.strerror}); "
+                                                    "choose another -o") from None
+    return tmp
+
+
+def make_staging(target: str, kind: str = "tmp", *, dataset: bool = False) -> str:
+    """Create an owner-tagged staging folder beside ``target`` (mode 0777 minus the umask)
+    after sweeping the leftovers of killed runs there; ``dataset``: put the marker in it."""
+    target = local_stand_in(target)
+    remove_stale(os.path.dirname(os.path.abspath(target.rstrip("/" + os.sep) or target)))
+    tmp = temp_name(target, kind)
+    try:
+        os.mkdir(tmp, 0o777)
+        if dataset:
+            mark_dataset(tmp)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise write_error(e, target) or OutputError(f"cannot create the staging directory {tmp!r} ({e.strerror}); "
+                                                    "choose another -o") from None
+    return tmp
+
+
+def restore_previous(target: str) -> None:
+    """Put back the previous folder output ``target`` that a killed run had renamed aside (where
+    folders cannot be exchanged in one step) when no output took its place."""
+    if os.path.lexists(target):
+        return
+    prefix = f".{os.path.basename(target)}.smerge-old-"
+    try:
+        entries = [e for e in os.scandir(os.path.dirname(os.path.abspath(target))) if e.name.startswith(prefix)]
+    except OSError:
+        return
+    for e in entries:
+        if owner_gone(e.name):
+            with contextlib.suppress(OSError):
+                if _restore_old(e):
+                    return
+
+
+def _restore_old(entry: os.DirEntry) -> bool:
+    """A previous output renamed aside (``.<name>.smerge-old-...``) by a run killed before its new
+    output took the name: put it back under ``<name>`` (True). When ``<name>`` exists the new
+    output is complete and the old copy is only swept (False)."""
+    m = _TEMP_RE.search(entry.name)
+    if not m or ".smerge-old-" not in entry.name or not entry.is_dir(follow_symlinks=False):
+        return False
+    target = os.path.join(os.path.dirname(entry.path), entry.name[1:m.start()])
+    if os.path.lexists(target):
+        return False
+    try:
+        rename_noreplace(entry.path, target, folder=True)
+    except OSError:
+        return False
+    return True
