@@ -16,6 +16,8 @@ FLAGS = {
     "pair_window": "--pair-window",
     "out_batch_rows": "--batch-rows",
     "variables": "--vars",
+    "start": "--from",
+    "stop": "--to",
 }
 
 

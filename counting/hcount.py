@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge.hashing import mix64 as _mix
 
 DEFAULT_DEPTH = 30  # h: hash rows (the paper's 30 x 30)
@@ -130,6 +130,6 @@ def parse_sketch(text: str) -> tuple[int, int]:
     except ValueError:
         depth = width = 0
     if not sep or depth < 1 or width < 1 or depth * width > MAX_CELLS:
-        raise UsageError(f"--sketch {text!r}: give HxM, e.g. 30x30 (h hash rows, m counters each, "
+        raise UsageError(f"{param.sketch} {text!r}: give HxM, e.g. 30x30 (h hash rows, m counters each, "
                          f"h * m <= {MAX_CELLS:,})")
     return depth, width

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.merge.keys import numpy_view, tick_ns
 from smerge.merge.values import parse_duration
 
@@ -36,7 +36,7 @@ def is_time_type(t: pa.DataType) -> bool:
 
 def check_time_type(t: pa.DataType, column: str) -> None:
     if not (is_time_type(t) or pa.types.is_integer(t) or pa.types.is_floating(t)):
-        raise UsageError(f"--time {column!r} is of type {t}; give a timestamp or numeric column")
+        raise UsageError(f"{param.time} {column!r} is of type {t}; give a timestamp or numeric column")
 
 
 def time_values(col: pa.Array | pa.ChunkedArray, column: str = "time") -> np.ndarray:
@@ -145,9 +145,9 @@ class ItemCounts:
     def __init__(self, item_type: pa.DataType, time_type: pa.DataType, *, every: int | float | None = None,
                  start: int | float | None = None, stop: int | float | None = None):
         if (every is None) == (start is None or stop is None):
-            raise UsageError("give either --every DUR or both --from T and --to T")
+            raise UsageError(f"give either {param.every} DUR or both {param.start} T and {param.stop} T")
         if every is None and not start < stop:
-            raise UsageError(f"--from {start} must be before --to {stop}")
+            raise UsageError(f"{param.start} {start} must be before {param.stop} {stop}")
         self.item_type, self.time_type = item_type, time_type
         self.every, self.start, self.stop = every, start, stop
         self._parts: list[pa.Table] = []

@@ -33,7 +33,7 @@ from typing import Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.counting.hcount import (DEFAULT_DEPTH, DEFAULT_MAX_FREQUENT, DEFAULT_SUPPORT, DEFAULT_WIDTH, HCount,
                                     item_keys)
 from smerge.counting.itemcount import ItemCounts, check_time_type, duration_ticks, lifetime_ids, time_values
@@ -61,25 +61,25 @@ class SummaryParams:
 
     def __post_init__(self) -> None:
         if not self.item or not self.time:
-            raise UsageError("--summarize COL and --time COL name the item and time columns")
+            raise UsageError(f"{param.summarize} COL and {param.time} COL name the item and time columns")
         if self.item == self.time:
-            raise UsageError(f"--summarize and --time both name {self.item!r}; the items and times are two columns")
+            raise UsageError(f"{param.summarize} and {param.time} both name {self.item!r}; the items and times are two columns")
         if not (isinstance(self.support, (int, float)) and 0 < self.support <= 1):
-            raise UsageError(f"--support {self.support}: give a fraction in (0, 1], e.g. 0.005")
+            raise UsageError(f"{param.support} {self.support}: give a fraction in (0, 1], e.g. 0.005")
         if not (isinstance(self.correct_factor, (int, float)) and math.isfinite(self.correct_factor)
                 and self.correct_factor >= 0):
-            raise UsageError(f"--correct-factor {self.correct_factor}: give a number >= 0 (0: every count exact)")
+            raise UsageError(f"{param.correct_factor} {self.correct_factor}: give a number >= 0 (0: every count exact)")
         if not 0 <= self.max_frequent <= MAX_FREQUENT_LIMIT:
-            raise UsageError(f"--max-frequent {self.max_frequent}: give 0..{MAX_FREQUENT_LIMIT:,}")
+            raise UsageError(f"{param.max_frequent} {self.max_frequent}: give 0..{MAX_FREQUENT_LIMIT:,}")
         HCount(*self.sketch)  # validates h x m
 
     def resolve(self, schema: pa.Schema, source: str = "the stream") -> int | float:
         """Check the columns against ``schema``; the lifetime length in the time column's ticks."""
-        for what, col in (("--summarize", self.item), ("--time", self.time)):
+        for what, col in ((param.summarize, self.item), (param.time, self.time)):
             if col not in schema.names:
                 raise UsageError(f"{source}: {what} {col!r} is not a column; columns: {', '.join(schema.names[:20])}")
         check_time_type(schema.field(self.time).type, self.time)
-        return duration_ticks(self.lifetime, schema.field(self.time), "--lifetime")
+        return duration_ticks(self.lifetime, schema.field(self.time), param.lifetime)
 
     def describe(self, length: int | float) -> dict:
         return {"item": self.item, "time": self.time, "lifetime": length, "lifetime_text": str(self.lifetime),

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import pyarrow as pa
 
-from smerge.errors import InputError
+from smerge.errors import InputError, param
 
 DEFAULT_BATCH_ROWS = 131072
 MAGIC_BYTES = 4096  # enough for magic numbers and to sniff a CSV header line
@@ -192,7 +192,7 @@ def read_magic(path: str) -> bytes:
         return b""  # a server stream, not a file: transport/flight_input.py opens it
     if is_spark_url(path):
         raise InputError(f"{path}: a URL that only Spark's readers open (Parquet or CSV): `smerge cgm` reads it "
-                         "on Spark (without --local); for other commands copy the file to a local path, or "
+                         f"on Spark (without {param.local}); for other commands copy the file to a local path, or "
                          "name it s3://, gs://, az:// or https:// to read it through fsspec")
     from smerge.datasets import remote
 

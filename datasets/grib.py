@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from smerge.datasets import cf_adapter, remote
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 
 
 def _label(ds) -> str:
@@ -54,7 +54,7 @@ def open_dataset(path: str, variables: Sequence[str] | None = None) -> cf_adapte
             why = (f"no variable {', '.join(map(repr, missing))}; it has {', '.join(known)}" if missing else
                    f"variables {', '.join(map(repr, want))} are in different hypercubes")
             raise UsageError(f"{path}: {why}; its hypercubes: {'; '.join(map(_label, cubes))}: choose variables "
-                             "of one with --vars-a or --vars-b")
+                             f"of one with {param.vars_a} or {param.vars_b}")
         if len(chosen) > 1:
             raise UsageError(f"{path}: {', '.join(map(repr, want))} is in several hypercubes "
                              f"({'; '.join(map(_label, chosen))}); extract one first, e.g. "
@@ -62,7 +62,7 @@ def open_dataset(path: str, variables: Sequence[str] | None = None) -> cf_adapte
         cube = chosen[0]
     elif len(cubes) > 1:
         raise UsageError(f"{path}: its GRIB messages form {len(cubes)} hypercubes: {'; '.join(map(_label, cubes))}; "
-                         "choose one with --vars-a or --vars-b (variables of one hypercube)")
+                         f"choose one with {param.vars_a} or {param.vars_b} (variables of one hypercube)")
     else:
         cube = cubes[0]
     for c in cubes:

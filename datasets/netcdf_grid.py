@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from smerge.datasets.netcdf_file import _is_numeric
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 _LAT_UNITS = {"degrees_north", "degree_north", "degree_n", "degrees_n", "degreen", "degreesn"}
 _LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
@@ -68,7 +68,7 @@ def _dimension_key(path: str, allvars, dim: str, named: set[str]) -> str:
         raise UsageError(
             f"{path}: dimension {dim!r} has no coordinate variable of its name and several variables mark "
             f"themselves as its coordinate ({which}); "
-            "name the keys with --keys")
+            f"name the keys with {param.keys}")
     return next(iter(cands), dim)
 
 
@@ -121,7 +121,7 @@ def _check_slab_size(path: str, dims: Sequence[str], shape: Sequence[int]) -> No
         raise UsageError(
             f"{path}: one slab of its outer dimension {dims[0]!r} holds {inner:,} records ({sizes}); smerge reads "
             f"at least one slab at a time and reads at most {MAX_SLAB_RECORDS:,} records per slab: choose variables "
-            "with --vars on fewer dimensions, or split the file along another dimension (ncks -d)")
+            f"with {param.vars} on fewer dimensions, or split the file along another dimension (ncks -d)")
 
 
 def _direction(values) -> int:

@@ -19,7 +19,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 
 
 @dataclass(frozen=True)
@@ -43,9 +43,9 @@ class CountJob:
     def __post_init__(self) -> None:
         if (self.every is None) == (self.start is None and self.stop is None) or (
                 self.every is None and (self.start is None or self.stop is None)):
-            raise UsageError("give either --every DUR or both --from T and --to T")
+            raise UsageError(f"give either {param.every} DUR or both {param.start} T and {param.stop} T")
         if self.item == self.time:
-            raise UsageError(f"--item and --time both name {self.item!r}; give the item and the time columns")
+            raise UsageError(f"{param.item} and {param.time} both name {self.item!r}; give the item and the time columns")
 
 
 @dataclass
@@ -59,7 +59,7 @@ def prepare(job: CountJob) -> PreparedCount:
     from smerge.jobs.outputs import check_run_outputs
 
     outputs = ([("-o", job.output, is_dataset_path(job.output, None))] if job.output else []) + (
-        [("--stats", job.stats, False)] if job.stats else [])
+        [(param.stats, job.stats, False)] if job.stats else [])
     check_run_outputs([job.source], outputs, overwrite=job.overwrite)
     return PreparedCount(job)
 
@@ -110,11 +110,11 @@ def _query(job: CountJob, item_type: pa.DataType, time_field: pa.Field):
     from smerge.counting.itemcount import ItemCounts, check_time_type, duration_ticks, time_point
 
     time_type = time_field.type
-    check_time_type(time_type, "--time")
+    check_time_type(time_type, param.time)
     if job.every is not None:
-        return ItemCounts(item_type, time_type, every=duration_ticks(job.every, time_field, "--every"))
-    return ItemCounts(item_type, time_type, start=time_point(job.start, time_field, "--from"),
-                      stop=time_point(job.stop, time_field, "--to"))
+        return ItemCounts(item_type, time_type, every=duration_ticks(job.every, time_field, param.every))
+    return ItemCounts(item_type, time_type, start=time_point(job.start, time_field, param.start),
+                      stop=time_point(job.stop, time_field, param.stop))
 
 
 def _open_records(source: str, item: str, time_col: str):
@@ -155,7 +155,7 @@ def _from_records(job: CountJob, progress: Callable | None = None) -> tuple[pa.T
     src = _open_records(source, item, time_col)
     names = src.schema.names
     if item not in names:
-        raise UsageError(f"{source}: --item {item!r} is not a column; columns: {', '.join(names[:20])}")
+        raise UsageError(f"{source}: {param.item} {item!r} is not a column; columns: {', '.join(names[:20])}")
     schema = pa.schema([src.schema.field(item), src.schema.field(time_col)])
     counts = SampledCounts(lambda: _query(job, schema.field(0).type, schema.field(1)), src.counters)
     ipc = IpcBytes(schema)

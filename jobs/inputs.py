@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import pyarrow as pa
 
 from smerge.datasets import InputSource, open_input
-from smerge.errors import MissingKeyError, UsageError
+from smerge.errors import MissingKeyError, UsageError, param
 from smerge.merge import CGMParams
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     """
     src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
     if not src_a.keys:
-        raise UsageError(f"{job.a}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+        raise UsageError(f"{job.a}: no merge keys; pass {param.keys} K1,K2 (tabular inputs have no default keys)")
     keys_b = job.keys_b or tuple(src_a.keys)
     order = grid_order(src_a, keys_b)
     try:
@@ -60,9 +60,9 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
         if job.keys_b:
             raise
         raise UsageError(f"{job.b}: B has no {', '.join(map(repr, e.missing))}, a key of A ({','.join(src_a.keys)}); "
-                         "keys are matched by name: name B's keys in A's order with --keys-b") from None
+                         f"keys are matched by name: name B's keys in A's order with {param.keys_b}") from None
     if not src_b.keys:
-        raise UsageError(f"{job.b}: no merge keys; pass --keys (or --keys-b for B)")
+        raise UsageError(f"{job.b}: no merge keys; pass {param.keys} (or {param.keys_b} for B)")
     check_index_keys(src_a, src_b)
     return src_a, src_b
 
@@ -73,8 +73,8 @@ def check_kappa_memory(src_a: InputSource, src_b: InputSource) -> None:
     from smerge.memory import check_fits
 
     n = (src_a.num_rows or 0) + (src_b.num_rows or 0)
-    check_fits(n * (16 * len(src_a.keys) + 16), f"--kappa-max on {n:,} records (every key held for the "
-               "unbounded merge)", "leave out --kappa-max, or run it on a subset")
+    check_fits(n * (16 * len(src_a.keys) + 16), f"{param.kappa_max} on {n:,} records (every key held for the "
+               "unbounded merge)", f"leave out {param.kappa_max}, or run it on a subset")
 
 
 def grid_order(src_a: InputSource, keys_b) -> list[tuple[str, int]] | None:
@@ -110,7 +110,7 @@ def check_index_keys(src_a: InputSource, src_b: InputSource) -> None:
             raise UsageError(
                 f"{src.path}: dimension {k!r} ({side}) has no coordinate variable, so its records would be keyed "
                 f"by array index, but {why}: indices are not places; name keys that locate the records with "
-                "--keys/--keys-b (e.g. the latitude and longitude variables), or add a coordinate variable")
+                f"{param.keys}/{param.keys_b} (e.g. the latitude and longitude variables), or add a coordinate variable")
 
 
 def masked_stats(prep: PreparedMerge, *, read_here: bool = True) -> dict:
@@ -141,7 +141,7 @@ def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
 
     reader = str((conf or {}).get("smerge.reader", "auto")).lower()
     if reader not in ("auto", "spark", "smerge"):
-        raise UsageError(f"--conf smerge.reader={reader!r}: use auto, spark or smerge")
+        raise UsageError(f"{param.conf} smerge.reader={reader!r}: use auto, spark or smerge")
     if reader == "smerge":
         return False
     return reader == "spark" or any(is_spark_url(p) for p in (job.a, job.b) if p)

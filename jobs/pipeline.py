@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from smerge.jobs.route import Route, choose_route, under_spark_submit
+from smerge.errors import param
 
 
 @dataclass(frozen=True)
@@ -126,7 +127,7 @@ def _count() -> Engine:
 
 def _pairs(job, options: RunOptions):
     a, b = (tuple(options.samples) + (None, None))[:2]
-    return (("--sample-a", a, job.a), ("--sample-b", b, job.b))
+    return ((param.sample_a, a, job.a), (param.sample_b, b, job.b))
 
 
 ENGINES = {"CGMJob": _cgm, "RTMJob": _rtm, "WJoinJob": _wjoin, "CountJob": _count}

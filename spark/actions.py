@@ -13,7 +13,7 @@ import threading
 import uuid
 from typing import Callable
 
-from smerge.errors import InputError, OutputError, SmergeError, UsageError
+from smerge.errors import InputError, OutputError, SmergeError, UsageError, param
 
 ERRORS = {c.__name__: c for c in (SmergeError, UsageError, InputError, OutputError)}
 
@@ -108,7 +108,7 @@ def task_failure(e: Exception, what: str) -> SmergeError:
         causes = [ln for ln in useful if ln.startswith("Caused by:")]
         first = causes[-1][len("Caused by: "):] if causes else (useful or [type(e).__name__])[0]
     first = re.sub(r"\s*SQLSTATE:.*$", "", first)
-    return InputError(f"{what}: Spark failed ({first}); check the inputs (--verbose shows Spark's log)")
+    return InputError(f"{what}: Spark failed ({first}); check the inputs ({param.verbose} shows Spark's log)")
 
 
 def arrow_batches(rows: int) -> dict[str, str]:

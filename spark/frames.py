@@ -50,7 +50,7 @@ import pyarrow as pa
 from smerge.datasets.base import InputSource, is_spark_url
 from smerge.datasets.remote import is_remote
 from smerge.datasets.tabular import resolve_columns
-from smerge.errors import InputError, SmergeError, UsageError
+from smerge.errors import InputError, SmergeError, UsageError, param
 from smerge.merge.keys import key_matrix
 
 ROW = "_row"
@@ -103,7 +103,7 @@ def _spark_error(path: str, e: Exception) -> InputError:
     if "TIMESTAMP(NANOS" in first:
         return InputError(f"{path}: Spark's Parquet reader has no nanosecond timestamps ({first}); write the "
                           "times in microseconds (pandas: to_parquet(..., coerce_timestamps='us')), or give a "
-                          "local path and let smerge's own reader read it (without --conf smerge.reader=spark)")
+                          f"local path and let smerge's own reader read it (without {param.conf} smerge.reader=spark)")
     return InputError(f"{path}: Spark cannot read it ({first}); check the URL and that the cluster can reach it")
 
 

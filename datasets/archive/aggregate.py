@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from smerge.datasets.archive.manifest import (AGG_DIR, AGG_FUNCS, _AGG_NAME, Manifest, _make_dir, _read_range, damaged,
                                               read_manifest)
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge.keys import tick_ns
 from smerge.merge.values import parse_duration
 
@@ -33,7 +33,7 @@ class AggregateSpec:
 
 
 def parse_aggregate(text: str) -> AggregateSpec:
-    what = f"--aggregate {text!r}"
+    what = f"{param.aggregate} {text!r}"
     parts = text.split(":")
     if not 2 <= len(parts) <= 3:
         raise UsageError(f"{what}: write EVERY:FUNCS[:BY], e.g. 1h:count,mean,min,max:station")
@@ -56,8 +56,8 @@ def parse_aggregate(text: str) -> AggregateSpec:
 
 def _ticks_per_window(spec: AggregateSpec, ttype: pa.DataType) -> int | float:
     """EVERY in the time column's own ticks (its unit; days for date32, ms for date64)."""
-    d = parse_duration(spec.every, "--aggregate EVERY")
-    what = f"--aggregate {spec.every}:..."
+    d = parse_duration(spec.every, f"{param.aggregate} EVERY")
+    what = f"{param.aggregate} {spec.every}:..."
     if pa.types.is_timestamp(ttype) or pa.types.is_date(ttype):
         ticks = d.ticks(tick_ns(ttype), None, what)
         if ticks < 1 or abs(ticks - round(ticks)) > 1e-9 * max(1.0, ticks):
@@ -86,13 +86,13 @@ def check_aggregate(where: str, schema: pa.Schema, time: str, spec: AggregateSpe
     """The manifest's entry for ``spec`` on this schema (UsageError when it does not apply)."""
     for c in spec.by:
         if c not in schema.names:
-            raise UsageError(f"{where}: --aggregate BY column {c!r} is not a column ({', '.join(schema.names)})")
+            raise UsageError(f"{where}: {param.aggregate} BY column {c!r} is not a column ({', '.join(schema.names)})")
         if c == time:
-            raise UsageError(f"{where}: --aggregate groups by windows of the time column already; drop {c!r} from BY")
+            raise UsageError(f"{where}: {param.aggregate} groups by windows of the time column already; drop {c!r} from BY")
     _ticks_per_window(spec, schema.field(time).type)
     values = _value_columns(schema, time, spec)
     if {"mean", "min", "max"} & set(spec.funcs) and not values:
-        raise UsageError(f"{where}: --aggregate {spec.every}: mean/min/max need a numeric column besides the time "
+        raise UsageError(f"{where}: {param.aggregate} {spec.every}: mean/min/max need a numeric column besides the time "
                          "and BY columns; there is none")
     return {"name": spec.name, "every": spec.every, "funcs": list(spec.funcs), "by": list(spec.by), "values": values}
 

@@ -36,7 +36,7 @@ from smerge.datasets.archive.manifest import (EAGER, Manifest, blocks_for_fracti
 from smerge.datasets.archive.probe import is_archive
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge import values
 
 ARCHIVE_MAGIC = b"smerge-archive-folder\x00"  # what base.read_magic returns for an archive folder
@@ -45,7 +45,7 @@ SEED_ENV = "SMERGE_ARCHIVE_SEED"
 BUDGET_ENV = "SMERGE_ARCHIVE_BUDGET"
 DEFAULT_SAMPLE_SEED = 0
 SPARK_AUTO = ("auto runs in-process only (each run's fraction comes from the throughput that one reader measures); "
-              "on Spark pass a fixed fraction, e.g. 0.25, or --local")
+              f"on Spark pass a fixed fraction, e.g. 0.25, or {param.local}")
 MAX_BUDGET = 365 * 86400.0
 PILOT_SHARE = 0.1  # the first run reads blocks for at most this share of its part of the budget
 RECENT_WEIGHT = 0.5  # weight of the last run in the recent seconds per record
@@ -86,10 +86,10 @@ def check_sample(sample: Sample, what: str = "the sampling fraction") -> Sample:
 
 def parse_fraction(text: str, what: str) -> float:
     return values.parse_fraction(text, what, note="(1 reads every record)",
-                                 hint="e.g. 0.25, or auto with --budget SECONDS")
+                                 hint=f"e.g. 0.25, or auto with {param.budget} SECONDS")
 
 
-def parse_budget(text: str, what: str = "--budget") -> float:
+def parse_budget(text: str, what: str = param.budget) -> float:
     try:
         s = float(text)
     except ValueError:

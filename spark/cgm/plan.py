@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import KeyNaNError, SmergeError, UsageError
+from smerge.errors import KeyNaNError, SmergeError, UsageError, param
 from smerge.jobs import PreparedMerge
 from smerge.spark.actions import arrow_batches, raise_task_error, run_job, session_conf, spark_action
 from smerge.spark.archive import pinned_sample
@@ -323,7 +323,7 @@ def _positive_int(own: dict, key: str, default: int, *, allow_zero: bool = False
         value = -1
     if value < (0 if allow_zero else 1):
         least = "0 (0: no floor)" if allow_zero else "1"
-        raise UsageError(f"--conf {key}={raw!r}: give a whole number >= {least}")
+        raise UsageError(f"{param.conf} {key}={raw!r}: give a whole number >= {least}")
     return value
 
 
@@ -342,7 +342,7 @@ def explicit_bounds(own: dict) -> tuple[float, ...] | None:
     try:
         return tuple(sorted({float(x) for x in own["smerge.bounds"].split(",") if x.strip()}))
     except ValueError:
-        raise UsageError(f"--conf smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
+        raise UsageError(f"{param.conf} smerge.bounds={own['smerge.bounds']!r}: give numbers separated by commas") from None
 
 
 def plan_slabs(prep: PreparedMerge, sc, specs: dict, partitions: int | None, bounds, own: dict, progress):

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.writers import DATASET_FORMAT
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.jobs import PreparedMerge, masked_stats, write_stats
 from smerge.merge import MergeStats
 from smerge.spark.actions import arrow_batches, run_job, session_conf, spark_action
@@ -146,7 +146,7 @@ def _frames_kappa_max(spark, plan: MergePlan, frames: dict, scans: dict) -> dict
 
     a, b = keyed("a"), keyed("b")
     with session_conf(spark, {"spark.sql.shuffle.partitions": "1"}):
-        rows = spark_action("--kappa-max")(
+        rows = spark_action(param.kappa_max)(
             lambda: a.groupBy("_salt").cogroup(b.groupBy("_salt")).applyInArrow(task, "k string").collect())
     return json.loads(rows[0].k)
 
@@ -261,7 +261,7 @@ def _run(prep: PreparedMerge, run: SparkRun, partitions: int | None) -> dict:
         "partition_pairs": [r["final_pairs"] for r in results],
         **_archive_io(results),
         **_partition_stats(plan, density, stats.matched, estimate,
-                           "inputs read by Spark's readers" if frames else "one partition is --local's run"),
+                           "inputs read by Spark's readers" if frames else "one partition is the in-process run"),
         "a": job.a, "b": job.b, "output": prep.output,
     })
     result = stats.as_dict()
@@ -345,7 +345,7 @@ def _task_threads(own: dict, sc, parts: int) -> bool:
     if v in ("false", "0", "no", "off"):
         return False
     if v != "auto":
-        raise UsageError(f"--conf smerge.task.prefetch={v!r}: use true, false or auto")
+        raise UsageError(f"{param.conf} smerge.task.prefetch={v!r}: use true, false or auto")
     slots = (os.cpu_count() or 1) if str(sc.master).startswith("local") else sc.defaultParallelism
     return parts < max(1, slots)
 

@@ -44,6 +44,7 @@ from dataclasses import replace
 import numpy as np
 
 from smerge.merge import CGMParams, MergeStats, cgm_merge
+from smerge.errors import param
 
 TARGET = 0.99  # pairs(P) / pairs(--local) a partitioned run should reach (issue 15)
 # Margins of a thinned partition's windows (N_p < N): N_p = N d_p WINDOW_MARGIN, K_p = K d_p
@@ -131,7 +132,7 @@ def window_mode(own: dict) -> str:
 
     v = str(own.get("smerge.partition.windows", "auto")).lower()
     if v not in ("auto", "scaled", "fixed"):
-        raise UsageError(f"--conf smerge.partition.windows={v!r}: use auto, scaled or fixed")
+        raise UsageError(f"{param.conf} smerge.partition.windows={v!r}: use auto, scaled or fixed")
     if v == "auto":
         return "fixed" if own.get("smerge.bounds") else "scaled"
     return v

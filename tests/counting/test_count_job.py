@@ -67,10 +67,10 @@ def test_range_query_and_output(source, tmp_path):
 
 
 @pytest.mark.parametrize("kw, message", [
-    ({}, "give either --every DUR or both --from T and --to T"),
-    ({"start": "1"}, "give either --every DUR or both --from T and --to T"),
-    ({"every": "1", "start": "0", "stop": "2"}, "give either --every DUR or both --from T and --to T"),
-    ({"every": "1", "time": "item"}, "--item and --time both name 'item'"),
+    ({}, "give either every DUR or both start T and stop T"),
+    ({"start": "1"}, "give either every DUR or both start T and stop T"),
+    ({"every": "1", "start": "0", "stop": "2"}, "give either every DUR or both start T and stop T"),
+    ({"every": "1", "time": "item"}, "item and time both name 'item'"),
 ])
 def test_the_job_checks_its_query(kw, message):
     args = {"source": "x.parquet", "item": "item", "time": "t", **kw}

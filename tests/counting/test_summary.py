@@ -184,8 +184,8 @@ def test_string_items_over_utc_seconds_in_day_lifetimes(c):
 
 
 def test_bad_parameters():
-    for kw, msg in [({"support": 0}, "--support"), ({"correct_factor": -1}, "--correct-factor"),
-                    ({"max_frequent": -1}, "--max-frequent"), ({"sketch": (0, 3)}, "sketch")]:
+    for kw, msg in [({"support": 0}, "^support 0"), ({"correct_factor": -1}, "^correct_factor -1"),
+                    ({"max_frequent": -1}, "^max_frequent -1"), ({"sketch": (0, 3)}, "sketch")]:
         with pytest.raises(UsageError, match=msg):
             SummaryParams("item", "t", 10, **kw)
     t = table_of([1], [1])
