@@ -72,11 +72,27 @@ def storage_options(path: str) -> dict:
     return {}
 
 
+def _share_botocore_loader() -> None:
+    """Let every botocore session of this process share one loader of the service models.
+
+    s3fs makes a session per filesystem, and fsspec a filesystem per thread for asynchronous
+    use (Zarr's store) beside the synchronous one: each session parsed the S3 model again when
+    making its client (half a second on a loaded machine). The models are read-only data;
+    credentials stay per session."""
+    import botocore.session
+
+    if not getattr(botocore.session.create_loader, "_smerge_shared", False):
+        botocore.session.create_loader = lru_cache(maxsize=8)(botocore.session.create_loader)
+        botocore.session.create_loader._smerge_shared = True
+
+
 def filesystem(path: str):
     """``(fs, path_in_fs)`` for a remote URL."""
     import fsspec
 
     try:
+        if scheme(path) == "s3":
+            _share_botocore_loader()
         return fsspec.core.url_to_fs(path, **storage_options(path))
     except ImportError as e:
         pkg = _EXTRA.get(scheme(path) or "", "fsspec")
@@ -147,6 +163,11 @@ def _kind(path: str) -> tuple[str, bytes]:
 
     fs, p = filesystem(path)
     try:
+        # a name ending in .zarr (or /) is looked up as a store first: one request, not the
+        # two of asking whether it is an object (a HEAD, then a listing of the prefix)
+        if p.rstrip("/").lower().endswith(".zarr") or p.endswith("/"):
+            if fs.exists(p.rstrip("/") + "/zarr.json"):
+                return "zarr", ZARR_MAGIC
         if fs.isfile(p):
             with fs.open(p, "rb") as f:
                 return "file", f.read(MAGIC_BYTES)
