@@ -1,6 +1,8 @@
-"""Transport: background prefetching (dual buffering) and, later, Arrow Flight.
+"""Transport: background prefetching (dual buffering) and Arrow Flight: the index server
+(``flight_server``, ``flight_security``, ``flight_gate``, ``flight_protocol``), its client
+(``flight_client``), bearer tokens (``tokens``) and ``grpc://`` inputs (``flight_input``).
 
-Only this package imports ``pyarrow.flight`` and threads (STYLE.md convention 2).
+Only this package imports ``pyarrow.flight``.
 """
 
 from smerge.transport.prefetch import BackgroundWriter, Prefetcher
