@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import signal
 import statistics
@@ -168,8 +169,10 @@ def run(cmd: list[str], as_limit: int, timeout: float | None = None) -> dict:
     wall = time.perf_counter() - t0
     stop.set()
     th.join()
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} failed ({p.returncode}): {err.strip()[-1500:]}")
+    if p.returncode != 0:  # recorded with the first lines naming an error (a Java trace's cause)
+        why = [ln.strip() for ln in err.splitlines() if re.search(r"(Error|Exception)\b.*:", ln) and "\tat " not in ln]
+        print(err[-3000:], file=sys.stderr)
+        return {"failed": True, "error": why[:6], "wall": wall, "peak_rss": peak[0], "load": load}
     try:
         s = json.loads(out)  # smerge --json: one indented object
     except json.JSONDecodeError:
@@ -229,11 +232,12 @@ def main(argv=None) -> int:
                     help="stop a run after this many seconds (a tool stopped once is not run again)")
     ap.add_argument("--check-pairs", type=float, default=2e6,
                     help="compare the pair sets (not just counts) at this many records or fewer")
+    ap.add_argument("--results", default=str(RESULTS), help="where the raw runs are saved (JSON)")
     ap.add_argument("--render", action="store_true", help="only the table of the saved results (no runs)")
     ap.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
     a = ap.parse_args(argv)
     if a.render:
-        saved = json.loads(RESULTS.read_text())
+        saved = json.loads(Path(a.results).read_text())
     else:
         saved = measure(a)
     text = render(saved)
@@ -258,15 +262,15 @@ def measure(a) -> dict:
     ref = None
     for r in range(a.repeat):
         for name, cmd in routes.items():
-            if any(x.get("timeout") for x in saved["runs"][name]):
+            if any(x.get("timeout") or x.get("failed") for x in saved["runs"][name]):
                 continue
-            out = str(d / f"out-{name.split()[0]}.parquet")
+            out = str(d / f"out{n}-{'-'.join(re.findall(r'[a-z]+', name.lower()))}.parquet")
             m = run(cmd(out), int(a.as_limit * 2**30), a.timeout)
             m["round"] = r
             saved["runs"][name].append(m)
-            if m.get("timeout"):
-                print(f"round {r}: {name}: stopped after {m['wall']:.0f} s, load {m['load']:.1f}", file=sys.stderr,
-                      flush=True)
+            if m.get("timeout") or m.get("failed"):
+                print(f"round {r}: {name}: {'failed' if m.get('failed') else 'stopped'} after {m['wall']:.0f} s, "
+                      f"load {m['load']:.1f}: {m.get('error')}", file=sys.stderr, flush=True)
             else:
                 rows, pairs = pairs_of(out)
                 m["rows"] = rows
@@ -278,15 +282,15 @@ def measure(a) -> dict:
                 print(f"round {r}: {name}: job {m['job']:.1f} s, wall {m['wall']:.1f} s, rows {rows:,}, "
                       f"peak RSS {m['peak_rss'] / 2**30:.2f} GiB, load {m['load']:.1f}", file=sys.stderr, flush=True)
             saved["load_end"] = os.getloadavg()
-            RESULTS.parent.mkdir(parents=True, exist_ok=True)
-            RESULTS.write_text(json.dumps(saved, indent=1))
+            Path(a.results).parent.mkdir(parents=True, exist_ok=True)
+            Path(a.results).write_text(json.dumps(saved, indent=1))
     return saved
 
 
 def render(saved: dict) -> str:
     n, runs = saved["records"], saved["runs"]
     first = next(iter(runs))
-    done = {k: [x for x in v if not x.get("timeout")] for k, v in runs.items()}
+    done = {k: [x for x in v if not (x.get("timeout") or x.get("failed"))] for k, v in runs.items()}
     rounds = max(len(v) for v in done.values())
     loads = [m["load"] for v in runs.values() for m in v]
     m = saved["machine"]
@@ -311,10 +315,12 @@ def render(saved: dict) -> str:
         return f"{statistics.median(rs):.2f}x" if rs else "-"
 
     for name, v in done.items():
-        stopped = [x for x in runs[name] if x.get("timeout")]
+        stopped = [x for x in runs[name] if x.get("timeout") or x.get("failed")]
         if not v:
-            lines.append(f"| {name} | did not finish: stopped after {stopped[0]['wall']:.0f} s | | | | | | "
-                         f"{stopped[0]['peak_rss'] / 2**30:.2f} (when stopped) | - |")
+            x = stopped[0]
+            what = (f"failed after {x['wall']:.0f} s: {'; '.join(x['error'][:2]) or 'no error line'}"
+                    if x.get("failed") else f"did not finish: stopped after {x['wall']:.0f} s")
+            lines.append(f"| {name} | {what} | | | | | | {x['peak_rss'] / 2**30:.2f} (at the end) | - |")
             continue
         lines.append(f"| {name} | {statistics.median(x['job'] for x in v):.1f} | {min(x['job'] for x in v):.1f} | "
                      f"{ratio(v, 'job')} | {statistics.median(x['wall'] for x in v):.1f} | {ratio(v, 'wall')} | "
