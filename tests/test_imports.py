@@ -183,6 +183,15 @@ def test_only_smerge_spark_imports_pyspark():
     assert sorted(m for m in users if not m.startswith("smerge.spark.")) == []
 
 
+def test_only_smerge_transport_imports_flight():
+    mods = _modules()
+    users = {m for m, p in mods.items()  # ``from pyarrow import flight`` counts too
+             if any(n == "pyarrow.flight" or n.startswith("pyarrow.flight.") for _, names in _import_nodes(p, m)
+                    for n in names)}
+    assert "smerge.transport.flight_server" in users  # the scan sees it
+    assert sorted(m for m in users if not m.startswith("smerge.transport.")) == []
+
+
 def test_no_module_imports_the_old_flat_paths():
     # core/spark*.py, core/jobs.py, rtm_job.py, wjoin_job.py moved to spark/ and jobs/ (no shims left)
     old = {"smerge.spark_frames", "smerge.spark_tasks", "smerge.spark_netcdf", "smerge.spark_parquet",
