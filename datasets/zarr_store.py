@@ -155,13 +155,14 @@ _POOL_LOCK = threading.Lock()
 
 
 def _pool():
-    """Two daemon threads that wait on zarr's reads ahead (zarr decodes in its own threads)."""
+    """Threads that wait on zarr's reads ahead, one per block in flight (zarr fetches and decodes
+    in its own event loop and threads)."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="smerge-zarr-ahead")
+            _POOL = ThreadPoolExecutor(max_workers=READ_AHEAD_REMOTE, thread_name_prefix="smerge-zarr-ahead")
         return _POOL
 
 
