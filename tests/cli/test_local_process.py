@@ -1,7 +1,7 @@
 """What a `smerge cgm --local` process loads and how it sets Arrow's allocator up (issue 11's
 start-up cost): no pandas, no pyarrow.compute (its wrappers alone cost 60-200 ms), no netCDF
 backend for Parquet inputs, no pydantic (cli/coerce.py), no other command's module (cli/main.py
-builds only the named command), mimalloc's huge pages off unless the user set MIMALLOC_ALLOW_THP,
+builds only the named command), mimalloc's huge pages off unless the user set MIMALLOC_ALLOW_THP, its freed pages kept (MIMALLOC_PURGE_DELAY),
 one OpenBLAS thread unless the user set OPENBLAS_NUM_THREADS, and the collector's objects frozen
 once the command has returned (no walk over every module's objects at shutdown).
 The run's output is checked too."""
@@ -23,7 +23,7 @@ sys.argv = ["smerge", "cgm", sys.argv[1], sys.argv[2], "--keys", "k", "--eps", "
 from smerge.cli.main import main
 rc = main()
 print(json.dumps({"rc": rc, "pandas": "pandas" in sys.modules, "compute": "pyarrow.compute" in sys.modules,
-                  "thp": os.environ.get("MIMALLOC_ALLOW_THP"), "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+                  "thp": os.environ.get("MIMALLOC_ALLOW_THP"), "purge": os.environ.get("MIMALLOC_PURGE_DELAY"), "blas": os.environ.get("OPENBLAS_NUM_THREADS"),
                   "gc_frozen": gc.get_freeze_count() > 0, "netcdf": "smerge.datasets.netcdf" in sys.modules,
                   "netCDF4": "netCDF4" in sys.modules, "pydantic": "pydantic" in sys.modules,
                   "other_commands": sorted(m for m in ("rtm", "wjoin", "serve", "index", "batch", "gen", "count", "archive")
@@ -39,7 +39,7 @@ def run(tmp_path, env_extra=None):
     b = a + rng.uniform(-0.01, 0.01, n)
     pq.write_table(pa.table({"k": a, "v": np.arange(n, dtype=np.int64)}), tmp_path / "a.parquet")
     pq.write_table(pa.table({"k": b, "w": np.arange(n, dtype=np.int64)}), tmp_path / "b.parquet")
-    env = {k: v for k, v in os.environ.items() if k not in ("MIMALLOC_ALLOW_THP", "OPENBLAS_NUM_THREADS")}
+    env = {k: v for k, v in os.environ.items() if k not in ("MIMALLOC_ALLOW_THP", "MIMALLOC_PURGE_DELAY", "OPENBLAS_NUM_THREADS")}
     env.update(env_extra or {})
     r = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet"),
                         str(tmp_path / "o.parquet")], capture_output=True, text=True, env=env)
@@ -49,7 +49,7 @@ def run(tmp_path, env_extra=None):
 
 def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
     got, out = run(tmp_path)
-    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0", "blas": "1", "gc_frozen": True,
+    assert got == {"rc": 0, "pandas": False, "compute": False, "thp": "0", "purge": "-1", "blas": "1", "gc_frozen": True,
                    "netcdf": False, "netCDF4": False,
                    "pydantic": False, "other_commands": []}
     # every A record meets the B record made from it (B = A + jitter < eps), in order of A's key
@@ -58,8 +58,8 @@ def test_local_cgm_process_loads_neither_pandas_nor_pyarrow_compute(tmp_path):
 
 
 def test_a_users_mimalloc_and_openblas_settings_are_kept(tmp_path):
-    got, _ = run(tmp_path, {"MIMALLOC_ALLOW_THP": "1", "OPENBLAS_NUM_THREADS": "2"})
-    assert got["thp"] == "1" and got["blas"] == "2" and got["rc"] == 0
+    got, _ = run(tmp_path, {"MIMALLOC_ALLOW_THP": "1", "MIMALLOC_PURGE_DELAY": "10", "OPENBLAS_NUM_THREADS": "2"})
+    assert got["thp"] == "1" and got["purge"] == "10" and got["blas"] == "2" and got["rc"] == 0
 
 
 def test_the_command_table_names_what_each_module_registers():
