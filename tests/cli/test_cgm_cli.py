@@ -173,15 +173,16 @@ def test_bad_input_as_a_process(tmp_path, ncar_dir):
     assert os.listdir(tmp_path) == []
 
 
-def test_without_local_runs_on_spark_with_the_local_result(ab, tmp_path, capsys):
+def test_without_local_runs_on_spark_with_the_local_result(ab, tmp_path, spark_cli):
+    """(On the shared session: tests/conftest.py's ``spark_cli``.)"""
     a, b = ab
-    rc, so, se = run_cli(capsys, "cgm", a, b, "--keys", "k", "--eps", "0.2", "--master", "local[1]", "--json",
-                         "-o", tmp_path / "s.parquet", "--with-ids")
+    rc, so, se = spark_cli("cgm", a, b, "--keys", "k", "--eps", "0.2", "--master", "local[1]", "--json",
+                           "-o", tmp_path / "s.parquet", "--with-ids")
     assert rc == 0, se
     s = json.loads(so)
-    assert s["execution"] == "spark" and s["matched"] == 50
-    rc, _, _ = run_cli(capsys, "cgm", a, b, "--keys", "k", "--eps", "0.2", "--local", "-o", tmp_path / "l.parquet",
-                       "--with-ids")
+    assert s["execution"] == "spark" and s["matched"] == 50 and spark_cli.masters == ["local[1]"]
+    rc, _, _ = spark_cli("cgm", a, b, "--keys", "k", "--eps", "0.2", "--local", "-o", tmp_path / "l.parquet",
+                         "--with-ids")
     assert rc == 0
     assert pq.read_table(tmp_path / "s.parquet").equals(pq.read_table(tmp_path / "l.parquet"))
 

@@ -272,19 +272,27 @@ def spark_cgm(tmp_path, *args, mask=0o022):
                           preexec_fn=lambda: os.umask(mask))
 
 
-def test_cgm_spark_folder_output_over_the_inputs(d, tmp_path):
+def spark_cgm_here(spark_cli, tmp_path, *args):
+    """``spark_cgm`` in this process, on the shared session (tests/conftest.py)."""
+    return spark_cli("cgm", "d/A.parquet", "d/B.parquet", "--keys", "k", "--eps", "0.2", "--master", "local[2]",
+                     "--partitions", "2", *args, cwd=tmp_path)
+
+
+def test_cgm_spark_folder_output_over_the_inputs(d, tmp_path, spark_cli):
     """`-o d/` on Spark deleted d/ with the inputs: exit 2 (before Spark starts)."""
     before = tree(tmp_path)
     for o in ("d/", "d", "."):
-        r = spark_cgm(tmp_path, "-o", o, "--overwrite")
-        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "input" in r.stderr, r.stderr
+        rc, _, se = spark_cgm_here(spark_cli, tmp_path, "-o", o, "--overwrite")
+        assert rc == 2 and se.count("\n") == 1 and "input" in se, se
         assert tree(tmp_path) == before
+    assert spark_cli.masters == []
 
 
 @pytest.mark.slow
-def test_spark_dataset_folder_is_marked_replaced_and_honours_the_umask(d, tmp_path):
+def test_spark_dataset_folder_is_marked_replaced_and_honours_the_umask(d, tmp_path, spark_cli):
     """A fresh JVM (as every CLI run starts) under umask 027: files 0640, folders 0750; the
-    dataset folder carries the marker, so --overwrite replaces it; a foreign one is refused."""
+    dataset folder carries the marker, so --overwrite replaces it; a foreign one is refused
+    (these two runs in this process, on the shared session)."""
     (tmp_path / "out").mkdir()
     r = spark_cgm(tmp_path, "-o", "out/ds/", "--unmatched", "out/u", "--stats", "out/s.json", mask=0o027)
     assert r.returncode == 0, r.stderr
@@ -294,14 +302,15 @@ def test_spark_dataset_folder_is_marked_replaced_and_honours_the_umask(d, tmp_pa
         want = 0o750 if os.path.isdir(tmp_path / "out" / name) else 0o640
         assert m == want, f"{name}: {oct(m)}, want {oct(want)}"
     (tmp_path / "out" / "ds" / "stale.parquet").write_bytes(b"x")
-    r = spark_cgm(tmp_path, "-o", "out/ds", "--overwrite")
-    assert r.returncode == 0, r.stderr
+    rc, _, se = spark_cgm_here(spark_cli, tmp_path, "-o", "out/ds", "--overwrite")
+    assert rc == 0, se
+    assert spark_cli.masters == ["local[2]"]
     assert sorted(os.listdir(tmp_path / "out" / "ds")) == [MARKER, "part-00000.parquet", "part-00001.parquet"]
     assert pq.read_table(tmp_path / "out" / "ds").num_rows == 20
     (tmp_path / "out" / "ds" / MARKER).unlink()  # now a folder smerge did not write
     before = tree(tmp_path)
-    r = spark_cgm(tmp_path, "-o", "out/ds/", "--overwrite")
-    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "smerge did not write" in r.stderr, r.stderr
+    rc, _, se = spark_cgm_here(spark_cli, tmp_path, "-o", "out/ds/", "--overwrite")
+    assert rc == 2 and se.count("\n") == 1 and "smerge did not write" in se, se
     assert tree(tmp_path) == before
     assert not [f for f in os.listdir(tmp_path / "out") if ".smerge-" in f]
 
