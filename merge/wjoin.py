@@ -48,10 +48,11 @@ from smerge.merge.wjoin_plan import Plan, make_plan
 from smerge.merge.wjoin_stats import WJoinStats
 
 DEFAULT_OUTPUT_ROWS = 65536
-# Partial tuples of one level above which a block of arrivals is cut (2^16: the index arrays,
-# the columns a predicate reads and the output block stay a few MB; 2^20 cost ~45 MB more peak
-# memory on a 48k + 48k band join and no time).
-SPLIT_TUPLES = 1 << 16
+# Partial tuples of one level above which a block of arrivals is cut (2^18: the index arrays,
+# the columns a predicate reads and the output block stay a few tens of MB; 2^20 cost ~30 MB
+# more peak memory on a 48k + 48k band join and no time; 2^16 saved 14 MB more but cost ~40% on
+# a 4-way --on join of 1M records per stream: every cut redoes a level).
+SPLIT_TUPLES = 1 << 18
 # One arrival's partial tuples at one level. Each is held in about 2n + 4 int64 index arrays
 # (members, times, parents) and, at the last level, in every output column before the block is
 # written: 4M keeps a 3-way step under ~1 GB (32M reached 5.5 GB and was killed by a 2 GB
