@@ -20,12 +20,12 @@ import shutil
 
 from smerge.datasets.atomic_rename import RENAME_EXCHANGE, rename_noreplace, renameat2
 from smerge.datasets.output_staging import is_empty_dir, is_marked, refuse_existing_dir, remote_target, temp_name
-from smerge.errors import OutputError
+from smerge.errors import OutputError, param
 
 
 def _taken(label: str, path: str, opt: str) -> OutputError:
     return OutputError(f"{label} {path!r} was created by another run or program while this one was writing; it "
-                       f"is kept and nothing was written: pass --overwrite to replace it or choose another {opt}")
+                       f"is kept and nothing was written: pass {param.overwrite} to replace it or choose another {opt}")
 
 
 def _label(opt: str) -> str:

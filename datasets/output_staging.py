@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from smerge.datasets.atomic_rename import rename_noreplace
 from smerge.datasets.output_space import write_error
-from smerge.errors import OutputError
+from smerge.errors import OutputError, param
 
 MARKER = ".smerge-dataset"
 MARKER_TEXT = "This folder was written by smerge; `--overwrite` may replace it as a whole.\n"
@@ -74,7 +74,7 @@ def refuse_existing_dir(path: str, opt: str) -> None:
     """The replace rule for an existing folder: only an empty one or one smerge wrote."""
     if not (is_empty_dir(path) or is_marked(path)):
         raise OutputError(f"{opt} {path!r} is a folder smerge did not write (no {MARKER} marker in it); "
-                          f"--overwrite replaces only smerge's own dataset folders: remove it yourself or "
+                          f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or "
                           f"choose another {opt}")
 
 

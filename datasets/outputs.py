@@ -44,7 +44,7 @@ import os
 from typing import Iterable, Sequence
 
 from smerge.datasets.output_staging import is_empty_dir, refuse_existing_dir, remote_target, restore_previous
-from smerge.errors import OutputError
+from smerge.errors import OutputError, param
 
 
 def local_real(path: str) -> str | None:
@@ -106,14 +106,14 @@ def check_target(path: str, *, overwrite: bool, folder: bool, inputs: Iterable[s
                               f"choose another {opt}")
         if exists and not is_empty_dir(target):
             if not overwrite:
-                raise OutputError(f"{label} {path!r} already exists; pass --overwrite to replace it or choose "
+                raise OutputError(f"{label} {path!r} already exists; pass {param.overwrite} to replace it or choose "
                                   f"another {opt}")
             refuse_existing_dir(target, opt)
     else:
         if os.path.isdir(target):
             raise OutputError(f"{label} {path!r} is a directory; name a file")
         if exists and not overwrite:
-            raise OutputError(f"{label} {path!r} already exists; pass --overwrite to replace it or choose "
+            raise OutputError(f"{label} {path!r} already exists; pass {param.overwrite} to replace it or choose "
                               f"another {opt}")
     check_parent(target, opt=opt)
 

@@ -38,7 +38,7 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError
+from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError, param
 from smerge.index.format import (INDEX_FILES, INDEX_FORMAT_VERSION, MAX_DIMS, check_file, check_order, damaged,
                                  file_digest, meta_digest, read_meta, schema_list, short_error)
 from smerge.index.paging import Page, fingerprint, parse_token
@@ -91,7 +91,7 @@ class BIndex:
 
         keys = tuple(keys)
         if not keys:
-            raise UsageError("the index needs at least one key; pass --keys")
+            raise UsageError(f"the index needs at least one key; pass {param.keys}")
         if len(keys) > MAX_DIMS:
             raise UsageError(f"{len(keys)} keys; the index supports at most {MAX_DIMS}")
         if ROW_ID_COLUMN in table.schema.names:

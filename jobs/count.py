@@ -141,7 +141,8 @@ def _open_records(source: str, item: str, time_col: str):
             return open_input(source, keys=k, variables=v or None)
         except (UsageError, InputError) as e:
             errors.append(str(e))
-    raise UsageError(f"{'--item ' + repr(item) if item not in names else '--time ' + repr(time_col)}: {errors[0]}")
+    which = f"{param.item} {item!r}" if item not in names else f"{param.time} {time_col!r}"
+    raise UsageError(f"{which}: {errors[0]}")
 
 
 def _from_records(job: CountJob, progress: Callable | None = None) -> tuple[pa.Table, dict]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from smerge.datasets.output_staging import make_staging
-from smerge.errors import OutputError, UsageError
+from smerge.errors import OutputError, UsageError, param
 from smerge.spark.actions import run_job
 from smerge.spark.session import (DEFAULT_MASTER, quiet_stderr, spark_log_path, split_conf, start_session,
                                   under_spark_submit)
@@ -92,7 +92,7 @@ def run_on_spark(body: Callable[[SparkRun], Any], *, master: str | None, partiti
     """Run ``body(run)`` in a session for ``master`` (None: the one spark-submit configured, else
     ``local[*]``), or in ``spark`` when given (batch runs, tests; it is not stopped)."""
     if partitions is not None and partitions < 1:
-        raise UsageError(f"--partitions is {partitions}; use an integer >= 1")
+        raise UsageError(f"{param.partitions} is {partitions}; use an integer >= 1")
     spark_conf, own = split_conf(conf)
     if master is None and not under_spark_submit():
         master = DEFAULT_MASTER

@@ -88,14 +88,11 @@ def _string_literals(path: pathlib.Path):
 ALLOWED = {
     "merge/stats.py", "jobs/route.py",
 }
-# Being converted while the layout moves these modules (emptied before this lands).
-PENDING = {
-    "merge/expr.py", "jobs/wjoin.py", "merge/wjoin.py", "merge/wjoin_params.py", "merge/wjoin_plan.py", "jobs/count.py", "jobs/inputs.py", "jobs/pipeline.py",
-    "smerge/plot.py", "spark/rtm.py", "spark/runner.py", "spark/actions.py", "spark/frames.py",
-    "datasets/base.py", "datasets/grib.py", "datasets/netcdf.py", "datasets/outputs.py",
-    "transport/flight_client.py", "transport/flight_server.py", "index/bindex.py",
-}
-PENDING_FOLDERS = ("datasets/archive/", "counting/", "spark/cgm/", "transport/", "index/", "datasets/")
+# Single strings about the command line by design: the note smerge leaves in a dataset folder it wrote.
+ALLOWED_TEXT = {("datasets/output_staging.py", "This folder was written by smerge; `--overwrite` may replace it as a whole.\n")}
+# Being converted while the W-join engine is reworked (emptied before this lands).
+PENDING = {"merge/expr.py", "jobs/wjoin.py", "merge/wjoin.py", "merge/wjoin_params.py", "merge/wjoin_plan.py",
+           "smerge/plot.py", "spark/rtm.py"}
 
 
 def test_library_messages_name_no_command_line_flags():
@@ -103,8 +100,8 @@ def test_library_messages_name_no_command_line_flags():
     for folder in LIBRARY:
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = str(path.relative_to(ROOT))
-            if rel in ALLOWED or rel in PENDING or rel.startswith(PENDING_FOLDERS):
+            if rel in ALLOWED or rel in PENDING:
                 continue
             hits += [f"{rel}:{line}: {FLAG.search(text).group(0)}" for line, text in _string_literals(path)
-                     if FLAG.search(text)]
+                     if FLAG.search(text) and (rel, text) not in ALLOWED_TEXT]
     assert hits == [], f"{len(hits)} library strings name a command-line flag; write {{param.NAME}} instead"

@@ -24,7 +24,7 @@ import pyarrow as pa
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never reach the CLI's stderr
 import pyarrow.flight as flight  # noqa: E402
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.merge.range_source import Box
 from smerge.transport.flight_protocol import INVALID_ARGUMENT, MAX_TOKEN_CHARS, NEXT_TOKEN_KEY, Query
 
@@ -90,7 +90,7 @@ class IndexClient:
                 return self._in_flight(fn)
             except flight.FlightUnauthenticatedError as e:
                 raise UsageError(f"{self.url}: the server rejected the token ({_first_line(e)}); "
-                                 "pass the server's --token-file") from None
+                                 f"pass the server's {param.token_file}") from None
             except _TRANSIENT as e:
                 tls = _tls_problem(e)
                 if tls:
@@ -360,7 +360,7 @@ def _tls_problem(e: BaseException) -> str | None:
     s = str(e)
     if "CERTIFICATE_VERIFY_FAILED" in s or "certificate verify failed" in s.lower():
         return ("the server's certificate is not trusted; pass the certificate (or its CA) with "
-                "--tls-root-cert / SMERGE_TLS_ROOT_CERT")
+                f"{param.tls_root_cert} / SMERGE_TLS_ROOT_CERT")
     if "Hostname" in s and "mismatch" in s or "hostname" in s and "does not match" in s:
         return "the server's certificate does not name this host; connect with a host name it lists"
     if "WRONG_VERSION_NUMBER" in s or "wrong version number" in s:

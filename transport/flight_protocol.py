@@ -62,8 +62,11 @@ class Query:
 
 
 def one_line(e: BaseException) -> str:
-    """An error as one line of at most ``MAX_ERROR_CHARS`` characters (what a client is sent)."""
-    text = str(e).strip()
+    """An error as one line of at most ``MAX_ERROR_CHARS`` characters (what a client is sent;
+    parameter references shown as the serving process names them)."""
+    from smerge.errors import render
+
+    text = render(str(e)).strip()
     text = text.splitlines()[0] if text else type(e).__name__
     return text if len(text) <= MAX_ERROR_CHARS else text[:MAX_ERROR_CHARS - 3] + "..."
 

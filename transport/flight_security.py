@@ -18,7 +18,7 @@ import tempfile
 
 import pyarrow.flight as flight
 
-from smerge.errors import OutputError, UsageError
+from smerge.errors import OutputError, UsageError, param
 from smerge.transport.flight_protocol import INVALID_ARGUMENT, one_line
 from smerge.transport.tokens import check_token
 
@@ -91,8 +91,8 @@ def tls_context(cert: bytes, key: bytes, workdir: str) -> ssl.SSLContext:
                 what = "the certificate or the key is not a PEM file"
             else:
                 what = reason
-            raise UsageError(f"TLS: {what} ({e.reason or 'invalid'}); pass a PEM certificate with --tls-cert "
-                             "and its private key with --tls-key") from None
+            raise UsageError(f"TLS: {what} ({e.reason or 'invalid'}); pass a PEM certificate with {param.tls_cert} "
+                             f"and its private key with {param.tls_key}") from None
     finally:
         for path in (cert_path, key_path):
             try:
@@ -123,7 +123,7 @@ class AuthFactory(flight.ServerMiddlewareFactory):
                 ok |= hmac.compare_digest(got, self._expected)
             if not ok:
                 raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the server's token "
-                                                        "(--token-file)")
+                                                        f"({param.token_file})")
         name = _UNSUPPORTED.get(info.method)
         if name is not None:
             raise flight.FlightServerError(f"{name} is not supported by the smerge index server; use do_get, "

@@ -42,7 +42,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # gRPC's own log lines never re
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from smerge.errors import SmergeError, UsageError
+from smerge.errors import SmergeError, UsageError, param
 from smerge.index import BIndex
 from smerge.merge.range_source import Box
 from smerge.transport.flight_gate import Gate
@@ -101,9 +101,9 @@ class IndexServer(flight.FlightServerBase):
         if token is not None:
             check_token(token)
         if not is_loopback(host) and not token:
-            raise UsageError(f"binding {host} (not a loopback address) requires a token: pass --token-file")
+            raise UsageError(f"binding {host} (not a loopback address) requires a token: pass {param.token_file}")
         if (tls_cert is None) != (tls_key is None):
-            raise UsageError("TLS needs both a certificate and a key (--tls-cert and --tls-key)")
+            raise UsageError(f"TLS needs both a certificate and a key ({param.tls_cert} and {param.tls_key})")
         if not 0 <= int(port) <= 65535:
             raise UsageError(f"port {port} is not a port number (0-65535)")
         self.indexes = dict(indexes)
@@ -133,9 +133,9 @@ class IndexServer(flight.FlightServerBase):
                 reason = e.strerror or one_line(e)
                 if isinstance(e, socket.gaierror):
                     raise UsageError(f"cannot listen on {host}: unknown host ({reason}); "
-                                     "give an address or host name of this machine with --host") from None
+                                     f"give an address or host name of this machine with {param.host}") from None
                 raise UsageError(f"cannot listen on {host}:{port} ({reason}); "
-                                 "choose another --port or --host") from None
+                                 f"choose another {param.port} or {param.host}") from None
         except BaseException:
             shutil.rmtree(self._workdir, ignore_errors=True)
             raise
@@ -318,8 +318,8 @@ class IndexServer(flight.FlightServerBase):
         name = next(n for n, i in self.indexes.items() if i is idx) if name is None else name
         entry = self._summaries.get(name)
         if entry is None:
-            raise BadRequest(f"dataset {name!r} is not served summarised; start the server with --summarize COL "
-                             "--time COL --lifetime DUR")
+            raise BadRequest(f"dataset {name!r} is not served summarised; start the server with {param.summarize} COL "
+                             f"{param.time} COL {param.lifetime} DUR")
         return name, entry
 
     def _summary_stream(self, name: str | None) -> flight.GeneratorStream:
@@ -354,7 +354,7 @@ def _prepare_summaries(indexes: Mapping[str, BIndex], summaries: Mapping) -> dic
     out = {}
     for name, params in summaries.items():
         if name not in indexes:
-            raise UsageError(f"--summarize: no dataset {name!r}; served: {', '.join(indexes)}")
+            raise UsageError(f"{param.summarize}: no dataset {name!r}; served: {', '.join(indexes)}")
         table = indexes[name].table
         length = params.resolve(table.schema, name)
         cols = table.select([params.item, params.time])
@@ -376,7 +376,7 @@ def _check_lifetime_count(times: pa.ChunkedArray, length: int | float, text) -> 
     lo, hi = pc.min_max(times).values()
     top = max(abs(lo.as_py() or 0.0), abs(hi.as_py() or 0.0))
     if top / length >= MAX_LIFETIME_ID:
-        raise UsageError(f"--lifetime {text}: too short for times up to {top:g} (more than 2^62 lifetimes); give a "
+        raise UsageError(f"{param.lifetime} {text}: too short for times up to {top:g} (more than 2^62 lifetimes); give a "
                          f"lifetime of at least {top / MAX_LIFETIME_ID:.3g} in the time column's unit")
 
 

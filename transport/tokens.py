@@ -13,7 +13,7 @@ import os
 import secrets
 import stat
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param, render
 from smerge.transport.flight_protocol import MAX_TOKEN_CHARS
 
 MAX_TOKEN_FILE_BYTES = MAX_TOKEN_CHARS + 256  # the token and white space around it
@@ -58,7 +58,7 @@ def check_token(token: str, where: str = "the token") -> str:
 
 
 
-def read_token_file(path: str, what: str = "--token-file") -> str:
+def read_token_file(path: str, what: str = param.token_file) -> str:
     """The token in ``path`` (surrounding white space removed). At most ``MAX_TOKEN_FILE_BYTES``
     are read: a longer file is refused, never read whole."""
     try:
@@ -86,7 +86,7 @@ def token_file_exposure(path: str, host: str) -> str | None:
     if not mode & stat.S_IROTH:
         return None
     if not is_loopback(host):
-        raise UsageError(f"--token-file {path} is readable by every user of this machine and --host {host} "
+        raise UsageError(f"{param.token_file} {path} is readable by every user of this machine and {param.host} {host} "
                          f"is not a loopback address; run chmod 600 {path}")
-    return (f"smerge serve: warning: --token-file {path} is readable by every user of this machine; "
-            f"run chmod 600 {path}")
+    return render(f"smerge serve: warning: {param.token_file} {path} is readable by every user of this machine; "
+                  f"run chmod 600 {path}")

@@ -34,7 +34,7 @@ from smerge.datasets.archive.manifest import (
 from smerge.datasets.archive.probe import is_archive
 from smerge.datasets.output_space import space_cause
 from smerge.datasets.output_staging import remove_stale
-from smerge.errors import InputError, OutputError, UsageError
+from smerge.errors import InputError, OutputError, UsageError, param
 
 
 def parse_copies(text: str) -> tuple[float, ...]:
@@ -42,7 +42,7 @@ def parse_copies(text: str) -> tuple[float, ...]:
     try:
         levels = [float(x) for x in text.split(",")]
     except ValueError:
-        raise UsageError(f"--copies {text!r}: give reduction levels in (0, 1) separated by commas, e.g. "
+        raise UsageError(f"{param.copies} {text!r}: give reduction levels in (0, 1) separated by commas, e.g. "
                          "0.2,0.4,0.6,0.8") from None
     return check_copies(levels, text)
 
@@ -51,10 +51,10 @@ def check_copies(levels: Iterable[float], text: Any = None) -> tuple[float, ...]
     levels = list(levels)
     shown = text if text is not None else ",".join(map(str, levels))
     if not levels or not all(isinstance(v, (int, float)) and 0 < v < 1 for v in levels):
-        raise UsageError(f"--copies {shown}: every reduction level must be in (0, 1) (0.2 keeps 80% of the records; "
+        raise UsageError(f"{param.copies} {shown}: every reduction level must be in (0, 1) (0.2 keeps 80% of the records; "
                          "the primary copy keeps them all)")
     if len(set(levels)) != len(levels) or len(levels) > MAX_COPIES:
-        raise UsageError(f"--copies {shown}: give at most {MAX_COPIES} distinct levels")
+        raise UsageError(f"{param.copies} {shown}: give at most {MAX_COPIES} distinct levels")
     return tuple(sorted((float(v) for v in levels), reverse=True))  # smallest copy first
 
 
@@ -74,27 +74,27 @@ class AppendParams:
 
     def __post_init__(self) -> None:
         if not self.time:
-            raise UsageError("--time names the archive's time column; it cannot be empty")
+            raise UsageError(f"{param.time} names the archive's time column; it cannot be empty")
         if not 1 <= self.run_blocks <= 100_000:
-            raise UsageError(f"--run-blocks is {self.run_blocks}; use 1 .. 100000")
+            raise UsageError(f"{param.run_blocks} is {self.run_blocks}; use 1 .. 100000")
         if not 1 <= self.block_rows <= MAX_RUN_RECORDS:
-            raise UsageError(f"--block-rows is {self.block_rows}; use 1 .. {MAX_RUN_RECORDS}")
+            raise UsageError(f"{param.block_rows} is {self.block_rows}; use 1 .. {MAX_RUN_RECORDS}")
         if self.run_blocks * self.block_rows > MAX_RUN_RECORDS:
-            raise UsageError(f"--run-blocks x --block-rows is {self.run_blocks * self.block_rows:,} records held in "
+            raise UsageError(f"{param.run_blocks} x {param.block_rows} is {self.run_blocks * self.block_rows:,} records held in "
                              f"memory per run; keep it at most {MAX_RUN_RECORDS:,}")
         if self.seed is not None and not 0 <= self.seed < 2**63:
-            raise UsageError(f"--seed is {self.seed}; use 0 .. 2^63-1")
+            raise UsageError(f"{param.seed} is {self.seed}; use 0 .. 2^63-1")
         if self.layout is not None and self.layout not in LAYOUTS:
-            raise UsageError(f"--layout is {self.layout!r}; use {' or '.join(LAYOUTS)}")
+            raise UsageError(f"{param.layout} is {self.layout!r}; use {' or '.join(LAYOUTS)}")
         if self.copies:
             object.__setattr__(self, "copies", check_copies(self.copies))
             if self.layout == LAYOUT:
-                raise UsageError("--copies are the eager layout's; drop them or use --layout eager")
+                raise UsageError(f"{param.copies} are the eager layout's; drop them or use {param.layout} eager")
         elif self.layout == EAGER:
-            raise UsageError("--layout eager needs --copies (reduction levels in (0, 1), e.g. 0.2,0.4,0.6,0.8)")
+            raise UsageError(f"{param.layout} eager needs {param.copies} (reduction levels in (0, 1), e.g. 0.2,0.4,0.6,0.8)")
         names = [a.name for a in self.aggregates]
         if len(set(names)) != len(names):
-            raise UsageError(f"--aggregate given twice for {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
+            raise UsageError(f"{param.aggregate} given twice for {', '.join(sorted({n for n in names if names.count(n) > 1}))}")
 
     def resolved_layout(self) -> str:
         return self.layout or (EAGER if self.copies else LAYOUT)
@@ -344,14 +344,14 @@ def _check_compatible(man: Manifest, schema: pa.Schema, params: AppendParams, sp
         raise UsageError(f"{source}: its schema ({got}) differs from the archive's ({want}); append only streams "
                          "with the archive's columns and types, or start a new archive")
     if params.time != man.time:
-        raise UsageError(f"--time is {params.time!r} but the archive's time column is {man.time!r}")
+        raise UsageError(f"{param.time} is {params.time!r} but the archive's time column is {man.time!r}")
     if params.layout is not None and params.layout != man.layout:
-        raise UsageError(f"--layout is {params.layout} but the archive's layout is {man.layout}; drop --layout")
+        raise UsageError(f"{param.layout} is {params.layout} but the archive's layout is {man.layout}; drop {param.layout}")
     if params.copies and list(params.copies) != man.meta.get("copies"):
         have = ",".join(f"{v:g}" for v in sorted(man.meta.get("copies") or [])) or "none"
-        raise UsageError(f"--copies {','.join(f'{v:g}' for v in sorted(params.copies))} differ from the archive's "
-                         f"({have}); drop --copies")
+        raise UsageError(f"{param.copies} {','.join(f'{v:g}' for v in sorted(params.copies))} differ from the archive's "
+                         f"({have}); drop {param.copies}")
     if specs and specs != man.meta.get("aggregates", []):
         have = ", ".join(s["name"] for s in man.meta.get("aggregates", [])) or "none"
-        raise UsageError(f"--aggregate differs from the archive's aggregates ({have}); drop --aggregate (every run "
+        raise UsageError(f"{param.aggregate} differs from the archive's aggregates ({have}); drop {param.aggregate} (every run "
                          "gets the archive's)")

@@ -157,7 +157,7 @@ def test_stats_claim_their_name_too(tmp_path):
 
     p = str(tmp_path / "s.json")
     write_stats(p, {"a": 1}, overwrite=False)
-    with pytest.raises(OutputError, match="--stats .*s.json' was created by another run"):
+    with pytest.raises(OutputError, match="^stats .*s.json' was created by another run"):
         write_stats(p, {"a": 2}, overwrite=False)
     write_stats(p, {"a": 3}, overwrite=True)
     assert open(p).read().split() == ["{", '"a":', "3", "}"]

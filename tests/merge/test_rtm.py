@@ -179,9 +179,9 @@ def test_b_paired_across_windows_is_not_consumed():
     assert pairs == [(0, 0), (1, 0), (2, 0)] and st_.b_unmatched == 0 and st_.kappas == [1.0, 1.0, 1.0]
 
 
-@pytest.mark.parametrize("kw, msg", [(dict(window_size=0), "--window"), (dict(refill="x"), "--refill"),
-                                     (dict(eps=(-1.0,)), "--eps"), (dict(nan_keys="x"), "--nan-keys"),
-                                     (dict(delta=2.0), "--delta")])
+@pytest.mark.parametrize("kw, msg", [(dict(window_size=0), "^window_size is 0"), (dict(refill="x"), "^refill is 'x'"),
+                                     (dict(eps=(-1.0,)), "^eps for key 'k' is -1"), (dict(nan_keys="x"), "^nan_keys is 'x'"),
+                                     (dict(delta=2.0), "^delta is 2.0")])
 def test_params_are_validated(kw, msg):
     base = dict(keys=MergeKeys(("k",), ("k",)), eps=(0.0,))
     with pytest.raises(UsageError, match=msg):
