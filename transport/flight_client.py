@@ -90,7 +90,8 @@ class IndexClient:
                 return self._in_flight(fn)
             except flight.FlightUnauthenticatedError as e:
                 raise UsageError(f"{self.url}: the server rejected the token ({_first_line(e)}); "
-                                 f"pass the server's {param.token_file}") from None
+                                 "set SMERGE_TOKEN_FILE to the file holding the server's token (or SMERGE_TOKEN to "
+                                 "the token itself)") from None
             except _TRANSIENT as e:
                 tls = _tls_problem(e)
                 if tls:
