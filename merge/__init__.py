@@ -1,6 +1,6 @@
 """Pure merge engines: iterators of ``pyarrow.RecordBatch`` in, iterators out, plus stats.
 
-No file I/O, no Spark, no network here (STYLE.md convention 1). The names below load on first
+No file I/O, no Spark, no network here (the engines stay pure; tests/test_imports.py checks it). The names below load on first
 use, so ``smerge.merge.values`` and ``smerge.merge.params`` (the defaults the command line's
 options show) import without numpy or pyarrow.
 """

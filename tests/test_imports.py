@@ -1,4 +1,4 @@
-"""Layering (STYLE.md convention 2): the engines import no CLI, Spark, netCDF or Flight code, and
+"""Layering: the engines import no CLI, Spark, netCDF or Flight code, and
 only ``smerge.spark`` imports pyspark; the packages import each other without a cycle, lower
 layers never import higher ones, and no module grows past ``MAX_MODULE_LINES``."""
 

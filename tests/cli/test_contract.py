@@ -15,7 +15,7 @@ import typer.main
 from smerge.cli.main import main, make_app
 
 # References a user cannot follow: the project's semantics and contracts are in docs/
-EXTERNAL = r"(?<![\w/])(ENGINES|DATA|CLI)\.md\b|\bspec\s+sections?\b|\bseeds?[ /]00\d|\.\./shared"
+EXTERNAL = r"(?<![\w/])(ENGINES|DATA|CLI|STYLE)\.md\b|\bspec\s+sections?\b|\bseeds?[ /]00\d|\.\./shared"
 READS = ["cgm", "rtm", "wjoin", "count", "gen", "batch", "archive append", "index build"]
 ONE_OUTPUT = ["cgm", "rtm", "wjoin", "count", "gen", "index build", "plot"]
 EVERY = READS + ["serve", "plot", "archive info"]
