@@ -315,26 +315,19 @@ def test_spark_dataset_folder_is_marked_replaced_and_honours_the_umask(d, tmp_pa
     assert not [f for f in os.listdir(tmp_path / "out") if ".smerge-" in f]
 
 
-COMMIT_RACE = """
-import os, sys
-from smerge.errors import OutputError
-from smerge.jobs import CGMJob, prepare
-from smerge.spark.cgm.runner import run_cgm_spark
-d, out = sys.argv[1], sys.argv[2]
-prep = prepare(CGMJob(a=f"{d}/A.parquet", b=f"{d}/B.parquet", keys_a=("k",), output=out + "/", overwrite=True))
-os.mkdir(out)  # a folder of the user's appears while the run is on
-open(os.path.join(out, "thesis.tex"), "w").write("years of work")
-try:
-    run_cgm_spark(prep, master="local[1]", partitions=2)
-except OutputError as e:
-    print("refused:", e)
-"""
-
-
 @pytest.mark.slow
-def test_spark_rechecks_the_rule_when_it_moves_the_folder_into_place(d, tmp_path):
-    r = subprocess.run([sys.executable, "-c", COMMIT_RACE, str(d), str(tmp_path / "ds")], capture_output=True,
-                       text=True, timeout=400)
-    assert "refused:" in r.stdout and "smerge did not write" in r.stdout, (r.stdout, r.stderr)
-    assert os.listdir(tmp_path / "ds") == ["thesis.tex"]
+def test_spark_rechecks_the_rule_when_it_moves_the_folder_into_place(d, tmp_path, spark):
+    """A folder of the user's appears at -o while the run is on (after the checks before Spark):
+    the run refuses to move its dataset folder over it. (On the shared session.)"""
+    from smerge.errors import OutputError
+    from smerge.jobs import CGMJob, prepare
+    from smerge.spark.cgm.runner import run_cgm_spark
+
+    out = tmp_path / "ds"
+    prep = prepare(CGMJob(a=f"{d}/A.parquet", b=f"{d}/B.parquet", keys_a=("k",), output=f"{out}/", overwrite=True))
+    os.mkdir(out)
+    (out / "thesis.tex").write_text("years of work")
+    with pytest.raises(OutputError, match="smerge did not write"):
+        run_cgm_spark(prep, partitions=2, spark=spark)
+    assert os.listdir(out) == ["thesis.tex"]
     assert sorted(os.listdir(tmp_path)) == ["d", "ds"]  # no staging folder left

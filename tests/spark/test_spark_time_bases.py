@@ -31,20 +31,30 @@ def cgm(a, b, out, *args, env=None):
     return pairs_of(out)
 
 
+def cgm_local(capsys, a, b, out):
+    """``cgm(a, b, out, "--local")`` in this process."""
+    from cli_run import run_cli
+
+    rc, _, err = run_cli(capsys, "cgm", a, b, "--keys", "time,lat,lon", "--eps", EPS, "--with-ids", "-o", out,
+                         "--local")
+    assert rc == 0, err
+    return pairs_of(out)
+
+
 def test_the_session_reads_times_without_a_zone_as_utc():
     assert session_settings("local[2]", None)["spark.sql.session.timeZone"] == "UTC"
     assert session_settings("local[2]", {"spark.sql.session.timeZone": "Asia/Tokyo"})[
         "spark.sql.session.timeZone"] == "Asia/Tokyo"
 
 
-def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path, spark):
+def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path, spark, capsys):
     from smerge.jobs.cgm import CGMJob
     from smerge.jobs.pipeline import RunOptions, execute
     from smerge.jobs.route import Route
 
     f = write_files(tmp_path)
     a, b = f["cf-hours", "grid"], f["pandas-ns", "obs"]
-    local = cgm(a, b, tmp_path / "local.parquet", "--local")
+    local = cgm_local(capsys, a, b, tmp_path / "local.parquet")
     assert [(x, y) for x, y, _ in local] == sorted(EXPECTED)
     from smerge.merge.values import parse_eps
 
@@ -58,13 +68,13 @@ def test_pandas_observations_on_a_netcdf_grid_spark_equals_local(tmp_path, spark
         "timestamp[us]"
 
 
-def test_spark_readers_take_naive_times_as_utc_in_any_jvm_zone(tmp_path):
+def test_spark_readers_take_naive_times_as_utc_in_any_jvm_zone(tmp_path, capsys):
     """ISO datetimes without an offset in CSV, read by Spark's CSV reader in a JVM whose zone is
     Europe/Paris, pair as in-process (they would be an hour early in the JVM's zone)."""
     f = write_files(tmp_path)
     a, b = f["polars-us", "grid"], f["csv-iso", "obs"]
     env = {**os.environ, "TZ": "Europe/Paris", "SMERGE_AUTO_MAX_BYTES": "0"}
-    local = cgm(a, b, tmp_path / "local.parquet", "--local")
+    local = cgm_local(capsys, a, b, tmp_path / "local.parquet")
     spark = cgm(a, b, tmp_path / "spark.parquet", "--master", "local[2]", "--partitions", "2", "--conf",
                 "smerge.reader=spark", env=env)
     assert [(x, y) for x, y, _ in spark] == [(x, y) for x, y, _ in local] == sorted(EXPECTED)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 
 import pyarrow.parquet as pq
 import pytest
+from cli_run import run_cli
 
 from smerge.jobs.wjoin import WJoinJob, prepare, run_local
 from smerge.spark.wjoin import run_wjoin_spark
@@ -18,7 +18,7 @@ from test_wjoin_time_vars import CASES, families, gridded, oracle, stored_times 
 pytestmark = pytest.mark.slow
 
 
-def test_master_local2_keeps_calendar_and_vars(tmp_path, spark):
+def test_master_local2_keeps_calendar_and_vars(tmp_path, spark, capsys):
     """NLW-join in time ranges (P = 2) of two 360_day files with several families of variables."""
     from smerge.jobs.pipeline import RunOptions, execute
     from smerge.jobs.route import Route
@@ -26,9 +26,8 @@ def test_master_local2_keeps_calendar_and_vars(tmp_path, spark):
     a, b = families(tmp_path / "a.nc"), families(tmp_path / "b.nc", first="T")
     common = ["wjoin", a, b, "--time", "time", "--window", "1d", "--vars", "T", "--with-ids"]
     loc, spk = tmp_path / "local.parquet", tmp_path / "spark.parquet"
-    r = subprocess.run([sys.executable, "-m", "smerge", *common, "-o", loc, "--local"], capture_output=True, text=True,
-                       timeout=300)
-    assert r.returncode == 0, r.stderr
+    rc, _, err = run_cli(capsys, *common, "-o", loc, "--local")
+    assert rc == 0, err
     job = WJoinJob(inputs=(a, b), time=("time",), window="1d", vars=("T",), with_ids=True, output=str(spk))
     stats = execute(job, RunOptions(partitions=2, spark=spark), route=Route(True, "local[2]", "spark"))
     assert stats["execution"] == "spark" and stats["partitioning"] == "time ranges + halo"
