@@ -116,10 +116,14 @@ def test_batch_delta_only_exits_3(tmp_path, ncar_dir):
     ("a = [", "not valid TOML"),
     ("", "no [[job]]"),
 ])
-def test_batch_bad_file_exit_2_before_spark(tmp_path, body, msg):
+def test_batch_bad_file_exit_2_before_spark(tmp_path, body, msg, capsys, monkeypatch):
+    """(In this process: a bad file is refused before any session starts.)"""
+    from cli_run import run_cli
+
     (tmp_path / "j.toml").write_text(body)
-    r = run("batch", "j.toml", cwd=tmp_path)
-    assert r.returncode == 2 and msg in r.stderr and r.stderr.count("\n") == 1
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run_cli(capsys, "batch", "j.toml")
+    assert rc == 2 and msg in err and err.count("\n") == 1
     assert not (tmp_path / "j.summary.json").exists()
 
 
