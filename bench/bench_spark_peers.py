@@ -7,8 +7,8 @@ its A key (so the backward as-of join that tempo does and the nearest match that
 pandas-on-Spark do find the same partner); each stream in arrival order with 2% of its records
 moved up to 1,000 positions (partially sorted, as bench/bench_asof.py's data: its `displaced`).
 With a tolerance of 0.05 every A record has exactly one B record within it, so every tool must
-find the same N pairs (checked: the pair count of every run, and at `--check-pairs` size or below
-the set of (A.i, B.i) pairs).
+find the same N pairs (checked: the pair count of every run, and the set of (A.i, B.i) pairs of
+each tool's first run; `--check-pairs N` limits that to sizes up to N).
 
 Tools, each a whole process with its own JVM, master local[2], Parquet in, one Parquet output:
 - smerge: `smerge cgm A B --keys k --eps 0.05 --master local[2] -o out.parquet`;
@@ -18,7 +18,10 @@ Tools, each a whole process with its own JVM, master local[2], Parquet in, one P
   task (`tempo` row); `tempo tsPartitionVal` brackets the key by 100,000 units (fraction 0.5) to
   spread it over tasks, tempo's own skew option;
 - pandas-on-Spark: `pyspark.pandas.merge_asof(a, b, on="k", direction="nearest",
-  tolerance=0.05)` (Spark's own as-of join plan), unmatched rows dropped, `to_parquet`.
+  tolerance=0.05)` (Spark's own as-of join plan), unmatched rows dropped, `to_parquet`. Spark
+  plans it as a broadcast nested-loop join (every A key against every B record), so it is run at
+  small sizes only (`--tools pandas --records 2e4`; at 200k + 200k it had not finished after 6
+  minutes).
 spark-pit (`pip install spark-pit`) is a Python wrapper of a Scala library whose published jar
 targets Scala 2.12 / Spark 3; pyspark 4 runs Scala 2.13, so it is not run.
 
@@ -230,10 +233,12 @@ def main(argv=None) -> int:
     ap.add_argument("--as-limit", type=float, default=20, help="address-space cap per process, GiB")
     ap.add_argument("--timeout", type=float, default=None,
                     help="stop a run after this many seconds (a tool stopped once is not run again)")
-    ap.add_argument("--check-pairs", type=float, default=2e6,
+    ap.add_argument("--check-pairs", type=float, default=1e9,
                     help="compare the pair sets (not just counts) at this many records or fewer")
     ap.add_argument("--results", default=str(RESULTS), help="where the raw runs are saved (JSON)")
     ap.add_argument("--render", action="store_true", help="only the table of the saved results (no runs)")
+    ap.add_argument("--also", action="append", default=[],
+                    help="saved results (JSON) of another size whose table follows the main one (repeatable)")
     ap.add_argument("--write", action="store_true", help="write the table into BENCHMARKS.md")
     a = ap.parse_args(argv)
     if a.render:
@@ -241,6 +246,9 @@ def main(argv=None) -> int:
     else:
         saved = measure(a)
     text = render(saved)
+    for other in a.also:
+        o = json.loads(Path(other).read_text())
+        text += f"\n\n### {o['records'] / 1e6:g}M + {o['records'] / 1e6:g}M records\n\n" + render(o)
     print(text)
     if a.write:
         common.replace_section("spark-peers", text, heading="Spark peers")
@@ -290,6 +298,11 @@ def measure(a) -> dict:
 def render(saved: dict) -> str:
     n, runs = saved["records"], saved["runs"]
     first = next(iter(runs))
+    # only rounds that ran every tool (a stopped measurement may end inside a round)
+    full = set.intersection(*({x.get("round", i) for i, x in enumerate(v)} for v in runs.values() if
+                              not any(y.get("timeout") or y.get("failed") for y in v)))
+    runs = {k: [x for i, x in enumerate(v) if x.get("round", i) in full or x.get("timeout") or x.get("failed")]
+            for k, v in runs.items()}
     done = {k: [x for x in v if not (x.get("timeout") or x.get("failed"))] for k, v in runs.items()}
     rounds = max(len(v) for v in done.values())
     loads = [m["load"] for v in runs.values() for m in v]
@@ -302,7 +315,7 @@ def render(saved: dict) -> str:
              f"medians of {rounds} alternating rounds (of {saved.get('repeat', rounds)} asked); load average (1 min) "
              f"{min(loads):.1f}-{max(loads):.1f} before the runs. \"job\" is the time after the Spark session is up "
              "(reading, joining, writing); \"process wall\" is the whole process (interpreter, imports, JVM and "
-             f"session start). Reproduce: `.venv/bin/python bench/bench_spark_peers.py --records {n:g} "
+             f"session start). Reproduce: `.venv/bin/python bench/bench_spark_peers.py --records {n} "
              f"--repeat {saved.get('repeat', rounds)}"
              + (f" --timeout {saved['timeout']:g}" if saved.get("timeout") else "")
              + " --write` (peers installed by hand: the script's docstring).", "",
