@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 PANEL_WIDTH_IN = 8.0
 PANEL_HEIGHT_IN = 2.2
@@ -40,7 +40,7 @@ def _merge_series(s: dict) -> Series:
     kap = s.get("kappa_per_window")
     if kap is None:
         raise UsageError("these statistics have no kappa_per_window (written by an older smerge?); "
-                         "rerun with this version's --stats")
+                         f"rerun with this version's {param.stats}")
     out["kappa per report window"] = {"kappa": ([float(i * stride) for i in range(len(kap))], _floats(kap))}
     m = int(s.get("params", {}).get("delta_windows", 10))
     drop = s.get("drop_rate_moving", [])
@@ -134,7 +134,7 @@ def plot_series(stats: dict) -> Series:
     if isinstance(stats, dict) and stats.get("command") == "count" and "algorithm" not in stats:
         return _count_series(stats)
     if not isinstance(stats, dict) or "algorithm" not in stats:
-        raise UsageError("not smerge statistics: no 'algorithm' key (give the JSON written by --stats)")
+        raise UsageError(f"not smerge statistics: no 'algorithm' key (give the JSON written by {param.stats})")
     if stats["algorithm"] == "wjoin":
         return _wjoin_series(stats)
     if stats["algorithm"] in ("cgm", "rtm"):
@@ -213,7 +213,7 @@ def _empty_reason(panel: str, s: dict) -> str:
     if panel.startswith("moving drop rate"):
         m = s.get("params", {}).get("delta_windows", 10)
         return (f"no moving drop rate: the run has {s.get('report_windows', 0)} report windows, fewer than "
-                f"M = {m} (--delta-windows)")
+                f"M = {m} (the run's delta_windows)")
     return "nothing to draw for this run"
 
 

@@ -98,7 +98,7 @@ def _fewer_partitions(src_a, window: int, asked: int, got: int) -> str:
     unit = math.lcm(window, max(int(src_a.inner_size or 1), 1))
     return (f"{got} of the {asked} partitions asked: A ({src_a.num_rows:,} records) splits only at multiples of "
             f"{unit:,} records (the window N = {window:,} and A's records per outer index), so that each "
-            "partition's windows are --local's; a smaller --window allows more partitions")
+            "partition's windows are those of the in-process run; a smaller window N allows more partitions")
 
 
 def _part(staging: str, kind: str, p: int) -> str:
