@@ -211,11 +211,16 @@ def open_output(path: str, schema: pa.Schema, *, fmt: str | None = None, overwri
 
 
 def parquet_options(schema: pa.Schema) -> dict:
-    """Writer options for smerge's Parquet output: snappy; dictionary encoding for non-float
-    columns only (on float payload it falls back to plain pages after costing ~5x the write
-    time, and the file comes out larger)."""
-    return {"compression": "snappy",
-            "use_dictionary": [f.name for f in schema if not pa.types.is_floating(f.type)]}
+    """Writer options for smerge's Parquet output: dictionary encoding for non-float columns only
+    (on float payload it falls back to plain pages after costing ~5x the write time, and the file
+    comes out larger); snappy, except on floating-point columns, whose random mantissas it does
+    not compress (1.5% smaller at a third of the writer's CPU on a cgm output of float keys and
+    payload). With a nested column, snappy throughout (a per-column codec names leaf paths)."""
+    floats = {f.name for f in schema if pa.types.is_floating(f.type)}
+    nested = any(pa.types.is_nested(f.type) for f in schema)
+    compression = "snappy" if nested or not floats else {f.name: "none" if f.name in floats else "snappy"
+                                                         for f in schema}
+    return {"compression": compression, "use_dictionary": [f.name for f in schema if f.name not in floats]}
 
 
 class _ParquetWriter:
