@@ -17,7 +17,7 @@ if [ "${jv:-0}" -lt 17 ]; then
 fi
 
 if ! command -v cc >/dev/null 2>&1 && ! command -v gcc >/dev/null 2>&1; then
-  echo "smerge setup: a C compiler is needed to build smerge's merge kernel (merge/_ckernel.c)." >&2
+  echo "smerge setup: a C compiler is needed to build smerge's merge kernels (merge/*.c)." >&2
   echo "  Debian/Ubuntu: sudo apt-get install -y build-essential python3-dev" >&2
   exit 2
 fi
@@ -38,9 +38,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # What the install depends on: when none of it changed since the last successful install (the
 # stamp), pip is not run again (it took 7 of make demo's 8.8 s).
-stamp=$(cat setup.cfg setup.py pyproject.toml merge/_ckernel.c scripts/setup.sh 2>/dev/null | sha256sum | cut -c1-16)
+stamp=$(cat setup.cfg setup.py pyproject.toml merge/*.c scripts/setup.sh 2>/dev/null | sha256sum | cut -c1-16)
 stamp="$stamp $(.venv/bin/python -c 'import sys; print(sys.version.split()[0])')"
-if [ "$(cat .venv/.smerge-setup 2>/dev/null)" = "$stamp" ] && .venv/bin/python -c "import smerge.merge._ckernel" 2>/dev/null; then
+if [ "$(cat .venv/.smerge-setup 2>/dev/null)" = "$stamp" ] && .venv/bin/python -c "import smerge.merge._ckernel, smerge.merge._wjoin_ckernel" 2>/dev/null; then
   echo "smerge setup: up to date (nothing changed since the last set-up)" >&2
 else
   rm -f .venv/.smerge-setup
