@@ -13,7 +13,7 @@ FLAGS = {
     "least_increment": "--increment",
     "least_increment_a": "--increment-a",
     "least_increment_b": "--increment-b",
-    "pair_window": "--pair-window",
+    "pair_windows": "--pair-window",
     "out_batch_rows": "--batch-rows",
     "variables": "--vars",
     "start": "--from",

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_input, open_output
 from smerge.datasets.writers import DATASET_FORMAT, check_output_schema
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.jobs.outputs import check_run_outputs, write_stats
 from smerge.merge.values import Duration, parse_duration
 from smerge.merge.wjoin import wjoin
@@ -68,13 +68,13 @@ def parse_pair_window(spec: str, n: int) -> tuple[int, int, Duration | None]:
     pair, sep, dur = spec.partition("=")
     parts = [p.strip() for p in pair.split(",")]
     if not sep or len(parts) != 2 or not all(p.isdigit() for p in parts):
-        raise UsageError(f"--pair-window {spec!r} is not I,J=DUR; write e.g. --pair-window 1,3=2h (streams 1..{n})")
+        raise UsageError(f"{param.pair_windows} {spec!r} is not I,J=DUR; write e.g. {param.pair_windows} 1,3=2h (streams 1..{n})")
     i, j = int(parts[0]) - 1, int(parts[1]) - 1
     if not (0 <= i < n and 0 <= j < n) or i == j:
-        raise UsageError(f"--pair-window {spec!r}: stream numbers must be two different values in 1..{n}")
+        raise UsageError(f"{param.pair_windows} {spec!r}: stream numbers must be two different values in 1..{n}")
     if dur.strip().lower() in ("none", "inf", "off"):
         return i, j, None
-    return i, j, parse_duration(dur.strip(), "--pair-window", shown=spec)
+    return i, j, parse_duration(dur.strip(), param.pair_windows, shown=spec)
 
 
 def parse_vars(specs: Sequence[str], n: int) -> tuple[tuple[str, ...] | None, ...]:
@@ -85,23 +85,23 @@ def parse_vars(specs: Sequence[str], n: int) -> tuple[tuple[str, ...] | None, ..
     for spec in specs:
         head, sep, rest = spec.partition("=")
         if sep and not head.strip().isdigit():
-            raise UsageError(f"--vars {spec!r} is not I=V1,V2 or V1,V2; write e.g. --vars 1=T,q (streams 1..{n})")
+            raise UsageError(f"{param.vars} {spec!r} is not I=V1,V2 or V1,V2; write e.g. {param.vars} 1=T,q (streams 1..{n})")
         names = tuple(x.strip() for x in (rest if sep else spec).split(","))
         if not all(names):
-            raise UsageError(f"--vars {spec!r} has an empty name; give names separated by commas")
+            raise UsageError(f"{param.vars} {spec!r} has an empty name; give names separated by commas")
         dup = sorted({x for x in names if names.count(x) > 1})
         if dup:
-            raise UsageError(f"--vars {spec!r}: {', '.join(map(repr, dup))} named twice; name each once")
+            raise UsageError(f"{param.vars} {spec!r}: {', '.join(map(repr, dup))} named twice; name each once")
         if sep:
             i = int(head) - 1
             if not 0 <= i < n:
-                raise UsageError(f"--vars {spec!r}: stream number {int(head)} is not in 1..{n}")
+                raise UsageError(f"{param.vars} {spec!r}: stream number {int(head)} is not in 1..{n}")
             if i in per:
-                raise UsageError(f"--vars names stream {i + 1}'s variables twice; give one --vars {i + 1}=V1,V2")
+                raise UsageError(f"{param.vars} names stream {i + 1}'s variables twice; give one {param.vars} {i + 1}=V1,V2")
             per[i] = names
         else:
             if every is not None:
-                raise UsageError("--vars V1,V2 (every stream) is given twice; give it once, and I=V1,V2 for one "
+                raise UsageError(f"{param.vars} V1,V2 (every stream) is given twice; give it once, and I=V1,V2 for one "
                                  "stream")
             every = names
     return tuple(per.get(i, every) for i in range(n))
@@ -121,8 +121,8 @@ def _open_stream(path: str, variables: tuple[str, ...] | None, keep: tuple[str, 
         return open_input(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=True), keys, \
             variables
     except MissingKeyError as e:
-        raise UsageError(f"{path}: no column {', '.join(map(repr, e.missing))} (--vars keeps the time column and the "
-                         f"--on columns); {str(e).partition('; ')[2]} (use --time)") from None
+        raise UsageError(f"{path}: no column {', '.join(map(repr, e.missing))} ({param.vars} keeps the time column and the "
+                         f"{param.on} columns); {str(e).partition('; ')[2]} (use {param.time})") from None
 
 
 def default_output(inputs: Sequence[str]) -> str:
@@ -147,7 +147,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     if fmt in ("netcdf", "zarr"):
         raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
     check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
-                      + ([("--stats", job.stats, False)] if job.stats else []), overwrite=job.overwrite)
+                      + ([(param.stats, job.stats, False)] if job.stats else []), overwrite=job.overwrite)
     check_output_schema(output, fmt, plan.out_schema)  # before the run: CSV holds no nested column
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
                          out_schema=plan.out_schema, opened=tuple(o[1:] for o in opened))

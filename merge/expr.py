@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 
 CMP_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 ARITH_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -153,7 +153,7 @@ def _syntax_error(e: SyntaxError, text: str, lead: int, inserted: list[int]) -> 
     else:
         j = e.offset - 1
         where = f"at column {lead + j - sum(1 for q in inserted if q <= j) + 1}"
-    return ExprError(f"--where: syntax error {where}: {msg}, in {text!r}; {_EXAMPLE}")
+    return ExprError(f"{param.where}: syntax error {where}: {msg}, in {text!r}; {_EXAMPLE}")
 
 
 # Integer literals must fit the int64 columns they meet (pyarrow cannot hold a larger one).
@@ -168,7 +168,7 @@ def parse_expr(text: str, aliases: Sequence[str], schemas: Sequence[pa.Schema]) 
     integer literals outside int64, and type mismatches.
     """
     if not text or not text.strip():
-        raise ExprError("--where is empty; give a predicate such as \"S1.p > S2.p\"")
+        raise ExprError(f"{param.where} is empty; give a predicate such as \"S1.p > S2.p\"")
     # One line, so that a column is a position in the text (line breaks and tabs are spaces).
     flat = text.translate({ord("\n"): " ", ord("\r"): " ", ord("\t"): " "})
     lead = len(flat) - len(flat.lstrip())
@@ -180,7 +180,7 @@ def parse_expr(text: str, aliases: Sequence[str], schemas: Sequence[pa.Schema]) 
     lookup = {a.lower(): i for i, a in enumerate(aliases)}
     node = _build(tree.body, text, lookup, aliases, schemas)
     if node.kind != "bool":
-        raise ExprError(f"--where {text!r} is not a condition (it computes a {node.kind} value); "
+        raise ExprError(f"{param.where} {text!r} is not a condition (it computes a {node.kind} value); "
                         "compare it, e.g. \"... > 0\"")
     return node
 
@@ -189,38 +189,38 @@ def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas:
     rec = lambda m: _build(m, text, lookup, aliases, schemas)  # noqa: E731
     if isinstance(n, ast.Attribute):
         if not isinstance(n.value, ast.Name):
-            raise ExprError(f"--where: attribute access is not allowed in {text!r}; "
+            raise ExprError(f"{param.where}: attribute access is not allowed in {text!r}; "
                             "columns are written ALIAS.column, e.g. S1.p")
         alias = n.value.id
         if alias.lower() not in lookup:
-            raise ExprError(f"--where: unknown stream {alias!r}; the streams are {', '.join(aliases)}")
+            raise ExprError(f"{param.where}: unknown stream {alias!r}; the streams are {', '.join(aliases)}")
         s = lookup[alias.lower()]
         if n.attr not in schemas[s].names:
-            raise ExprError(f"--where: unknown column {alias}.{n.attr}; {aliases[s]} has "
+            raise ExprError(f"{param.where}: unknown column {alias}.{n.attr}; {aliases[s]} has "
                             f"{', '.join(schemas[s].names)}")
         kind = _kind_of(schemas[s].field(n.attr).type)
         if kind == "other":
-            raise ExprError(f"--where: column {alias}.{n.attr} has type {schemas[s].field(n.attr).type}, "
+            raise ExprError(f"{param.where}: column {alias}.{n.attr} has type {schemas[s].field(n.attr).type}, "
                             "which predicates cannot use")
         return Col(s, n.attr, kind)
     if isinstance(n, ast.Name):
-        raise ExprError(f"--where: bare name {n.id!r}; qualify columns with their stream, e.g. "
+        raise ExprError(f"{param.where}: bare name {n.id!r}; qualify columns with their stream, e.g. "
                         f"{aliases[0]}.{n.id}")
     if isinstance(n, ast.Constant):
         v = n.value
         if isinstance(v, bool):
             return Lit(v, "bool")
         if isinstance(v, int) and not _INT64[0] <= v <= _INT64[1]:
-            raise ExprError(f"--where: integer {v} is out of range (-2^63 to 2^63-1); write it as a float, "
+            raise ExprError(f"{param.where}: integer {v} is out of range (-2^63 to 2^63-1); write it as a float, "
                             f"e.g. {float(v):g}")
         if isinstance(v, float) and not math.isfinite(v):
-            raise ExprError("--where: a number literal overflows a double (it reads as infinity); write a finite "
+            raise ExprError(f"{param.where}: a number literal overflows a double (it reads as infinity); write a finite "
                             "number")
         if isinstance(v, (int, float)):
             return Lit(v, "num")
         if isinstance(v, str):
             return Lit(v, "str")
-        raise ExprError(f"--where: literal {v!r} is not allowed; use numbers, strings, true/false")
+        raise ExprError(f"{param.where}: literal {v!r} is not allowed; use numbers, strings, true/false")
     if isinstance(n, ast.UnaryOp):
         if isinstance(n.op, ast.USub) and isinstance(n.operand, ast.Constant) \
                 and type(n.operand.value) is int and n.operand.value == 2**63:
@@ -236,15 +236,15 @@ def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas:
             if isinstance(x, Lit):
                 return Lit(-x.value, "num")
             return Neg(x)
-        raise ExprError(f"--where: operator {type(n.op).__name__} is not allowed in {text!r}")
+        raise ExprError(f"{param.where}: operator {type(n.op).__name__} is not allowed in {text!r}")
     if isinstance(n, ast.BinOp):
         if type(n.op) not in ARITH_OPS:
-            raise ExprError(f"--where: operator {type(n.op).__name__} is not allowed; use + - * /")
+            raise ExprError(f"{param.where}: operator {type(n.op).__name__} is not allowed; use + - * /")
         left, right = rec(n.left), rec(n.right)
         op = ARITH_OPS[type(n.op)]
         if left.kind == "time" and right.kind == "time" and op == "-":
-            raise ExprError("--where: arithmetic on datetime columns is not supported; "
-                            "constrain time with --window/--pair-window")
+            raise ExprError(f"{param.where}: arithmetic on datetime columns is not supported; "
+                            f"constrain time with {param.window}/{param.pair_windows}")
         _need(left, "num", op, text)
         _need(right, "num", op, text)
         return Arith(op, left, right)
@@ -258,27 +258,27 @@ def _build(n: ast.AST, text: str, lookup: dict, aliases: Sequence[str], schemas:
         cmps = []
         for op, l, r in zip(n.ops, parts, parts[1:]):
             if type(op) not in CMP_OPS:
-                raise ExprError(f"--where: operator {type(op).__name__} is not allowed; use < <= > >= = !=")
+                raise ExprError(f"{param.where}: operator {type(op).__name__} is not allowed; use < <= > >= = !=")
             if l.kind != r.kind:
-                raise ExprError(f"--where: cannot compare a {l.kind} value with a {r.kind} value in {text!r}")
+                raise ExprError(f"{param.where}: cannot compare a {l.kind} value with a {r.kind} value in {text!r}")
             cmps.append(Cmp(CMP_OPS[type(op)], l, r))
         return cmps[0] if len(cmps) == 1 else BoolOp("and", tuple(cmps))
     if isinstance(n, ast.Call):
         fname = n.func.id if isinstance(n.func, ast.Name) else None
         if fname is None or fname.lower() not in ALLOWED_FUNCS:
-            raise ExprError(f"--where: calls are not allowed except abs(); got {ast.unparse(n.func)}(...)")
+            raise ExprError(f"{param.where}: calls are not allowed except abs(); got {ast.unparse(n.func)}(...)")
         if len(n.args) != 1 or n.keywords:
-            raise ExprError("--where: abs() takes exactly one argument")
+            raise ExprError(f"{param.where}: abs() takes exactly one argument")
         x = rec(n.args[0])
         _need(x, "num", "abs", text)
         return Abs(x)
-    raise ExprError(f"--where: {type(n).__name__} is not allowed in {text!r}; use comparisons, + - * /, "
+    raise ExprError(f"{param.where}: {type(n).__name__} is not allowed in {text!r}; use comparisons, + - * /, "
                     "and/or/not, abs() and ALIAS.column")
 
 
 def _need(x: Node, kind: str, what: str, text: str) -> None:
     if x.kind != kind:
-        raise ExprError(f"--where: {what} needs a {kind} operand, got a {x.kind} value in {text!r}")
+        raise ExprError(f"{param.where}: {what} needs a {kind} operand, got a {x.kind} value in {text!r}")
 
 
 # ---- analysis -------------------------------------------------------------------------------

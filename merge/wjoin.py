@@ -37,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from smerge.errors import InputError, UsageError
+from smerge.errors import InputError, UsageError, param
 from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
                                         range_probe)
@@ -320,12 +320,12 @@ def _too_large(plan: Plan, i: int, j: int, bound: list[int], total: int, probed:
             f"wjoin: stream {plan.aliases[j]} would give more than {MAX_PARTIAL_TUPLES:,} partial tuples (the "
             f"limit) for one {plan.aliases[i]} arrival; within its window bounds ({windows}) too many records share "
             f"the equality values that link it to {', '.join(plan.aliases[b] for b in bound)}: narrow the window "
-            "or add a more selective equality to --where")
+            f"or add a more selective equality to {param.where}")
     return UsageError(
         f"wjoin: stream {plan.aliases[j]} would give {total:,} partial tuples for one {plan.aliases[i]} "
         f"arrival (limit {MAX_PARTIAL_TUPLES:,}); its window bounds ({windows}) hold too many records and no "
         f"equality links it to {', '.join(plan.aliases[b] for b in bound)}: narrow the window or add an "
-        f"equality such as {plan.aliases[j]}.col = {plan.aliases[bound[0]]}.col to --where")
+        f"equality such as {plan.aliases[j]}.col = {plan.aliases[bound[0]]}.col to {param.where}")
 
 
 def _band(terms, comb_tab, mem, cache: dict) -> Band:

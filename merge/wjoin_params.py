@@ -7,7 +7,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge._wjoin_kernel import INT_POS
 from smerge.merge.values import NS_PER_UNIT, Duration, parse_duration
 
@@ -45,11 +45,11 @@ class WJoinParams:
         if len(t) == 1:
             t = t * n
         if len(t) != n or not all(t):
-            raise UsageError(f"--time names {len(self.time)} columns for {n} streams; give one name or one per stream")
+            raise UsageError(f"{param.time} names {len(self.time)} columns for {n} streams; give one name or one per stream")
         object.__setattr__(self, "time", t)
         aliases = tuple(self.aliases) or tuple(f"S{i + 1}" for i in range(n))
         if len(aliases) != n:
-            raise UsageError(f"--aliases gives {len(aliases)} names for {n} streams")
+            raise UsageError(f"{param.aliases} gives {len(aliases)} names for {n} streams")
         for a in aliases:
             if not _ALIAS_RE.match(a):
                 raise UsageError(f"alias {a!r} is not a name (letters, digits, _; not starting with a digit)")
@@ -57,18 +57,18 @@ class WJoinParams:
             raise UsageError(f"aliases {', '.join(aliases)} are not distinct")
         object.__setattr__(self, "aliases", aliases)
         if self.window is not None:
-            object.__setattr__(self, "window", parse_duration(self.window, "--window"))
+            object.__setattr__(self, "window", parse_duration(self.window, param.window))
         pw = []
         for i, j, d in self.pair_windows:
             if not (0 <= i < n and 0 <= j < n) or i == j:
-                raise UsageError(f"--pair-window {i + 1},{j + 1}: stream numbers must be two different values "
+                raise UsageError(f"{param.pair_windows} {i + 1},{j + 1}: stream numbers must be two different values "
                                  f"in 1..{n}")
-            pw.append((i, j, None if d is None else parse_duration(d, "--pair-window")))
+            pw.append((i, j, None if d is None else parse_duration(d, param.pair_windows)))
         object.__setattr__(self, "pair_windows", tuple(pw))
         if self.method not in METHODS:
             raise UsageError(f"method {self.method!r} is not one of {', '.join(METHODS)}")
         if self.window is None and not pw:
-            raise UsageError("no window: give --window DUR (all pairs) and/or --pair-window I,J=DUR")
+            raise UsageError(f"no window: give {param.window} DUR (all pairs) and/or {param.pair_windows} I,J=DUR")
         self.constraint_graph()  # connectivity check
 
     def constraint_graph(self) -> dict[tuple[int, int], Duration]:
@@ -97,7 +97,7 @@ class WJoinParams:
             raise UsageError(
                 f"the window constraints do not connect all streams: {', '.join(left)} "
                 f"{'is' if len(left) == 1 else 'are'} not linked to {self.aliases[0]} by any chain of bounds, so "
-                "their buffers would grow without limit; add --window or --pair-window I,J=DUR")
+                f"their buffers would grow without limit; add {param.window} or {param.pair_windows} I,J=DUR")
         return g
 
 

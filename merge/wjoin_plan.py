@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from smerge.errors import UsageError
+from smerge.errors import UsageError, param
 from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import INT_POS
 from smerge.merge.wjoin_params import WJoinParams, resolve_bound
@@ -33,8 +33,8 @@ def _time_kind(schemas: Sequence[pa.Schema], cols: Sequence[str], aliases: Seque
     names = [f"{a} ({src})" if src else a for a, src in zip(aliases, sources or [None] * len(aliases))]
     for k, (s, c, a, name) in enumerate(zip(schemas, cols, aliases, names)):
         if c not in s.names:
-            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use --time, or choose "
-                             f"variables on a time dimension with --vars {k + 1}=V1,V2)")
+            raise UsageError(f"{a}: no time column {c!r}; it has {', '.join(s.names)} (use {param.time}, or choose "
+                             f"variables on a time dimension with {param.vars} {k + 1}=V1,V2)")
         f = s.field(c)
         t, md = f.type, f.metadata or {}
         cf = cf or b"smerge.cf_units" in md
@@ -163,7 +163,7 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
     for c in params.on:
         for s, a in enumerate(params.aliases):
             if c not in schemas[s].names:
-                raise UsageError(f"--on {c}: stream {a} has no column {c!r}; it has {', '.join(schemas[s].names)}")
+                raise UsageError(f"{param.on} {c}: stream {a} has no column {c!r}; it has {', '.join(schemas[s].names)}")
         text = " and ".join(f"{params.aliases[0]}.{c} == {params.aliases[s]}.{c}" for s in range(1, n))
         conj += X.conjuncts(X.parse_expr(text, params.aliases, schemas))
     if params.where:
@@ -172,8 +172,8 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
     hash_terms = _full_classes(conj, n)
     method = params.method
     if method == "hash" and hash_terms is None:
-        raise UsageError("HW-join (method hash) needs equalities linking every stream (--on COLS or "
-                         "S1.a = S2.a = ... in --where); none cover all streams")
+        raise UsageError(f"HW-join (method hash) needs equalities linking every stream ({param.on} COLS or "
+                         f"S1.a = S2.a = ... in {param.where}); none cover all streams")
     if method == "nested-loop":
         hash_terms = None
     orders, level_conj, level_band = [], [], []

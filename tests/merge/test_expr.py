@@ -117,7 +117,7 @@ def test_custom_aliases_are_case_insensitive():
     ("S1.name > 3", "cannot compare a str value with a num value"),
     ("S1.name + 1 > 3", "needs a num operand"),
     ("not S1.p", "not needs a bool operand"),
-    ("", "--where is empty"),
+    ("", "^where is empty"),
     ("S1.p > 1; import os", "syntax error"),
 ])
 def test_rejections(text, message):
