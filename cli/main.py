@@ -128,25 +128,28 @@ def _pyarrow_without_pandas() -> None:
     os.environ.setdefault("MIMALLOC_ALLOW_THP", "0")  # read once, when pyarrow loads (just below)
     # ... and returns freed pages to the system after 10 ms, to fault them in again for the next
     # batch: keeping them cut a --local CGM run's CPU by 4-7% and its wall time by 5-11% (1M-10M
-    # records per input; peak RSS 186 -> 216 MB at 10M, the live peak is never exceeded).
-    os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
+    # records per input; peak RSS 186 -> 216 MB at 10M, the live peak is never exceeded). Only
+    # for the merges that stream batch after batch (cgm, rtm): a W-join's chunks vary in size,
+    # and kept pages only raise its peak memory.
+    if sys.argv[1:2] and sys.argv[1] in _KEEP_FREED_PAGES:
+        os.environ.setdefault("MIMALLOC_PURGE_DELAY", "-1")
     # numpy's OpenBLAS starts a thread per core at import, and each spins for ~0.1 s waiting for
     # work that an in-process run never gives it (smerge does no BLAS calls): ~0.09 s of CPU
     # taken from the readers and the writer on 2 cores. Read once, when numpy loads.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    import numpy as np
     import pyarrow as pa
 
     finder = _SkipPandas()
     sys.meta_path.insert(0, finder)
     try:
-        pa.array(np.zeros(1))
+        pa.array([0.0])  # a list, not a numpy array: that conversion also imports numpy.ma (~30 ms)
     except Exception:  # noqa: BLE001 - a speed-up only; never in the way of the run
         pass
     finally:
         sys.meta_path.remove(finder)
 
 
+_KEEP_FREED_PAGES = {"cgm", "rtm"}  # commands whose Arrow allocator keeps freed pages (_pyarrow_without_pandas)
 _NEVER_SPARK = {"count", "archive"}  # commands that run in-process only (no pandas objects reach pyarrow)
 _OWN_PROCESS = False  # main() runs as the `smerge` process (not main(argv) inside a caller's process)
 

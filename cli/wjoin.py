@@ -9,8 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from smerge.cli.cgm import (ConfOpt, DebugOpt, JsonOpt, MasterOpt, OverwriteOpt,
-                            ProgressOpt, StatsOpt, VerboseOpt)
+from smerge.cli.options import (ConfOpt, DebugOpt, JsonOpt, MasterOpt, OverwriteOpt,
+                                ProgressOpt, StatsOpt, VerboseOpt)
 from smerge.cli.common import (run_lines, emit_stats, parse_conf, progress_enabled, run_guarded,
                                split_list, tqdm_progress)
 

@@ -23,16 +23,34 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from smerge.errors import UsageError, param
 
 CMP_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 ARITH_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 ALLOWED_FUNCS = ("abs",)
-_PC_CMP = {"<": pc.less, "<=": pc.less_equal, ">": pc.greater, ">=": pc.greater_equal, "==": pc.equal,
-           "!=": pc.not_equal}
-_PC_ARITH = {"+": pc.add, "-": pc.subtract, "*": pc.multiply}
+_PC_CMP = {"<": "less", "<=": "less_equal", ">": "greater", ">=": "greater_equal", "==": "equal", "!=": "not_equal"}
+_PC_ARITH = {"+": "add", "-": "subtract", "*": "multiply"}
+_FUNCS: dict = {}
+
+
+def call(name: str, *args, options=None):
+    """Arrow's compute function ``name`` (as ``pyarrow.compute.<name>`` with its default options)
+    called through ``pyarrow._compute``: importing ``pyarrow.compute`` builds a Python wrapper
+    for each of its ~300 functions, 60-200 ms of every process that imports it."""
+    f = _FUNCS.get(name)
+    if f is None:
+        from pyarrow._compute import get_function
+
+        f = _FUNCS[name] = get_function(name)
+    return f.call(list(args), options)
+
+
+def cast(x, t: pa.DataType):
+    """``pyarrow.compute.cast(x, t)`` (a safe cast) without importing ``pyarrow.compute``."""
+    from pyarrow._compute import CastOptions
+
+    return call("cast", x, options=CastOptions.safe(t))
 
 
 class ExprError(UsageError):
@@ -332,32 +350,32 @@ def evaluate(node: Node, column: Callable[[int, str], pa.Array], length: int) ->
     if isinstance(node, Col):
         return column(node.stream, node.name)
     if isinstance(node, Lit):
-        return _scalar(node.value)
+        return scalar(node.value)
     if isinstance(node, Neg):
-        return pc.negate(evaluate(node.x, column, length))
+        return call("negate", evaluate(node.x, column, length))
     if isinstance(node, Abs):
-        return pc.abs(evaluate(node.x, column, length))
+        return call("abs", evaluate(node.x, column, length))
     if isinstance(node, Arith):
         left, right = evaluate(node.left, column, length), evaluate(node.right, column, length)
         if node.op == "/":
             left, right = _f64(left), _f64(right)
-            den = pc.if_else(pc.equal(right, 0.0), pa.scalar(None, pa.float64()), right)
-            return pc.divide(left, den)
-        return _PC_ARITH[node.op](left, right)
+            den = call("if_else", call("equal", right, scalar(0.0)), pa.scalar(None, pa.float64()), right)
+            return call("divide", left, den)
+        return call(_PC_ARITH[node.op], left, right)
     if isinstance(node, Cmp):
         left, right = evaluate(node.left, column, length), evaluate(node.right, column, length)
-        return _PC_CMP[node.op](left, right)
+        return call(_PC_CMP[node.op], left, right)
     if isinstance(node, Not):
-        return pc.invert(evaluate(node.x, column, length))
+        return call("invert", evaluate(node.x, column, length))
     vals = [evaluate(i, column, length) for i in node.items]
-    fn = pc.and_kleene if node.op == "and" else pc.or_kleene
+    fn = "and_kleene" if node.op == "and" else "or_kleene"
     acc = vals[0]
     for v in vals[1:]:
-        acc = fn(acc, v)
+        acc = call(fn, acc, v)
     return acc
 
 
-def _scalar(v) -> pa.Scalar:
+def scalar(v) -> pa.Scalar:
     """``pa.scalar(v)`` built from buffers: ``pa.scalar`` imports pandas (~0.3 s, ~50 MB) to ask
     whether ``v`` is a pandas object."""
     import numpy as np
@@ -376,7 +394,7 @@ def _scalar(v) -> pa.Scalar:
 
 
 def _f64(x):
-    return pc.cast(x, pa.float64())
+    return cast(x, pa.float64())
 
 
 def mask(node: Node, column: Callable[[int, str], pa.Array], length: int):
@@ -386,7 +404,7 @@ def mask(node: Node, column: Callable[[int, str], pa.Array], length: int):
     v = evaluate(node, column, length)
     if isinstance(v, pa.Scalar):
         return np.full(length, bool(v.as_py()) if v.is_valid else False)
-    return to_numpy(pc.fill_null(v, False))
+    return to_numpy(call("coalesce", v, scalar(False)))  # pyarrow.compute.fill_null(v, False)
 
 
 def to_numpy(col):

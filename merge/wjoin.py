@@ -35,7 +35,6 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError, param
 from smerge.merge import expr as X
@@ -79,21 +78,21 @@ class _Stream:
 
 def _times(col, kind: str, s: _Stream) -> np.ndarray:
     if col.null_count:
-        row = s.rows_read + int(pc.index(pc.is_null(col), True).as_py())
+        row = s.rows_read + int(np.flatnonzero(X.to_numpy(X.call("is_null", col)))[0])
         raise InputError(f"{s.name}: time column {s.time_col!r} is missing at row {row}; every record needs a time")
     if kind.startswith(("datetime", "cf:")):
         if kind.startswith("cf:"):
-            return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
+            return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
         unit = "ns" if kind.partition("@")[0].split("+")[0] == "datetime" else "us"
         try:
-            col = pc.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
+            col = X.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
         except pa.ArrowInvalid:
             raise InputError(f"{s.name}: time column {s.time_col!r} holds dates outside 1678-2262 that another "
                              "stream's nanosecond timestamps cannot share; cast that stream to timestamp[us]") from None
-        return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
+        return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
     if kind == "int":
-        return X.to_numpy(pc.cast(col, pa.int64())).astype(np.int64)
-    v = X.to_numpy(pc.cast(col, pa.float64())).astype(np.float64)
+        return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
+    v = X.to_numpy(X.cast(col, pa.float64())).astype(np.float64)
     if np.isnan(v).any():
         row = s.rows_read + int(np.argmax(np.isnan(v)))
         raise InputError(f"{s.name}: time column {s.time_col!r} is NaN at row {row}; every record needs a time")
@@ -264,7 +263,7 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         for j in range(n):
             idx = X.from_numpy(members[j])
             for c, _ in plan.out_names[j]:
-                cols.append(comb_tab[j].column(c).take(idx))
+                cols.append(X.call("take", comb_tab[j].column(c), idx))
         for j in range(len(plan.id_names)):
             cols.append(X.from_numpy(comb_row[j][members[j]]))
         table = pa.Table.from_arrays(cols, schema=plan.out_schema)
@@ -339,7 +338,7 @@ def _band(terms, comb_tab, mem, cache: dict) -> Band:
             if adj is not None:
                 v = v + adj[1] if adj[0] == "+" else v - adj[1]
             if c.null_count:
-                v = np.where(X.to_numpy(pc.is_null(c)), np.nan, v)
+                v = np.where(X.to_numpy(X.call("is_null", c)), np.nan, v)
             cache[key] = v
         return cache[key]
 
@@ -372,7 +371,7 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         if not conjs or a_idx.shape[0] == 0:
             return
         node = X.conjoin(conjs)
-        m = X.mask(node, lambda s, c: comb_tab[s].column(c).take(X.from_numpy(mem[s])), a_idx.shape[0])
+        m = X.mask(node, lambda s, c: X.call("take", comb_tab[s].column(c), X.from_numpy(mem[s])), a_idx.shape[0])
         keep(m)
 
     def keep(m):
@@ -406,7 +405,7 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(hash_terms(comb_tab[j], [p[0] for p in probes]))
-            hp = hash_values([(comb_tab[cb.stream].column(cb.name).take(X.from_numpy(mem[cb.stream])), cj.kind)
+            hp = hash_values([(X.call("take", comb_tab[cb.stream].column(cb.name), X.from_numpy(mem[cb.stream])), cj.kind)
                                for cj, cb in probes], a_idx.shape[0])
             parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
         else:

@@ -6,7 +6,6 @@ from typing import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from smerge.merge import expr as X
 from smerge.merge.hashing import mix64 as _mix
@@ -15,7 +14,7 @@ from smerge.merge.hashing import mix64 as _mix
 def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
     """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
     if kind in ("num", "bool"):
-        v = X.to_numpy(pc.cast(col, pa.float64()))
+        v = X.to_numpy(X.cast(col, pa.float64()))
         v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
         return _mix(v.view(np.uint64))
     if kind == "time":
@@ -23,17 +22,17 @@ def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
         # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
         t = col.type
         if pa.types.is_date32(t):
-            col = pc.cast(col, pa.timestamp("s"))
+            col = X.cast(col, pa.timestamp("s"))
         elif pa.types.is_date64(t):
-            col = pc.cast(col, pa.timestamp("ms"))
+            col = X.cast(col, pa.timestamp("ms"))
         per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
-        v = X.to_numpy(pc.cast(col, pa.int64()).fill_null(0)).astype(np.int64)
+        v = X.to_numpy(X.call("coalesce", X.cast(col, pa.int64()), X.scalar(0))).astype(np.int64)  # fill_null(0)
         sec, sub = np.divmod(v, np.int64(per_s))
         sub = sub * np.int64(10**9 // per_s)
         return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))
     import pandas as pd
 
-    v = pc.cast(col, pa.string()).to_numpy(zero_copy_only=False)
+    v = X.cast(col, pa.string()).to_numpy(zero_copy_only=False)
     return pd.util.hash_array(v.astype(object)).astype(np.uint64)
 
 

@@ -90,3 +90,47 @@ def test_default_route_of_a_small_run_imports_neither_pandas_nor_pyspark(tmp_pat
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["rc"] == 0 and got["pandas"] is False and got["pyspark"] is False
     assert pq.read_table(tmp_path / "o.parquet").num_rows == 1000
+
+
+WJOIN_PROBE = """
+import json, os, sys
+sys.argv = ["smerge", "wjoin", *sys.argv[1:]]
+from smerge.cli.main import main
+rc = main()
+heavy = ("pandas", "numba", "pyspark", "pyarrow.compute", "pyarrow.dataset", "netCDF4", "xarray", "numpy.ma",
+         "pydantic", "smerge.datasets.netcdf", "smerge.cli.cgm")
+print(json.dumps({"rc": rc, "loaded": sorted(m for m in heavy if m in sys.modules),
+                  "purge": os.environ.get("MIMALLOC_PURGE_DELAY"), "thp": os.environ.get("MIMALLOC_ALLOW_THP")}))
+"""
+
+
+def test_local_wjoin_process_loads_no_heavy_module(tmp_path):
+    """A `smerge wjoin --local` run over Parquet with an equality, a band and a residual conjunct
+    (abs: evaluated by Arrow's kernels) loads none of pandas, numba, pyspark, pyarrow.compute,
+    pyarrow.dataset, the netCDF stack, numpy.ma or the cgm command, leaves mimalloc's purge delay
+    alone (kept pages raise a join's peak memory), and writes the tuples DuckDB finds."""
+    from wjoin_oracle import oracle_tuples
+
+    rng = np.random.default_rng(25)
+    n, paths, tables = 3000, [], []
+    for i in range(2):
+        t = pa.table({"time": pa.array(np.sort(rng.integers(0, 86_400, n)) * 1_000_000, pa.timestamp("us")),
+                      "lat": rng.integers(0, 5, n).astype(np.float64), "lon": rng.integers(0, 3, n).astype(np.float64),
+                      "T": rng.normal(15, 8, n)})
+        tables.append(t)
+        paths.append(str(tmp_path / f"s{i + 1}.parquet"))
+        pq.write_table(t, paths[-1])
+    out = tmp_path / "o.parquet"
+    where = "S1.lat = S2.lat and S1.T > S2.T + 8 and abs(S1.lon - S2.lon) < 1"
+    r = subprocess.run([sys.executable, "-c", WJOIN_PROBE, *paths, "--time", "time", "--window", "30min",
+                        "--where", where, "--with-ids", "--local", "--batch-rows", "700", "-o", str(out)],
+                       capture_output=True, text=True,
+                       env={k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")})
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"rc": 0, "loaded": [], "purge": None, "thp": "0"}
+    res = pq.read_table(out)
+    want = oracle_tuples(tables, "time", {(0, 1): 1800 * 10**9},
+                         "s1.lat = s2.lat and s1.T > s2.T + 8 and abs(s1.lon - s2.lon) < 1", datetime=True)
+    assert len(want) > 100
+    assert sorted(zip(res["S1_row"].to_pylist(), res["S2_row"].to_pylist())) == want
