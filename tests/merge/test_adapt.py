@@ -174,7 +174,7 @@ def test_fixed_k_records_constant_k_but_no_series():
 
 
 def test_adapt_needs_delta():
-    with pytest.raises(UsageError, match="--delta"):
+    with pytest.raises(UsageError, match="^adapt tunes K .* under delta; give delta D too$"):
         params(n=8, ka=2, adapt=True)
     assert params(n=8, ka=2, adapt=True, delta=0.1).as_dict()["adapt_k_range"] == [1, 8]
 

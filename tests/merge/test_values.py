@@ -180,10 +180,10 @@ def test_parse_eps(text, want):
 
 
 @pytest.mark.parametrize("text, words", [
-    ("fast", "--eps 'fast' is not a number or a duration"), ("lat", "is not a number or a duration"),
+    ("fast", "eps 'fast' is not a number or a duration"), ("lat", "is not a number or a duration"),
     ("=1", "is not KEY=VALUE"), ("lat=1,2", "is not KEY=VALUE"), ("time=1h,time=2h", "names key 'time' twice"),
     ("time=1M", "minutes or months"), ("time=1e400h", "too large"), ("x=1parsec", "is not a duration"),
-    ("lat=abc", "--eps value for 'lat': 'abc' is not a number"),
+    ("lat=abc", "eps value for 'lat': 'abc' is not a number"),
 ])
 def test_parse_eps_refusals(text, words):
     with pytest.raises(UsageError, match=re.escape(words)):
@@ -195,9 +195,9 @@ def test_eps_per_key_and_check_once():
     assert V.eps_per_key(0.5, keys) == (0.5, 0.5, 0.5)
     assert V.eps_per_key({"lat": 1, "time": 2.5}, keys) == (1.0, 0.0, 2.5)
     assert V.eps_per_key([1, 2, 3], keys) == (1.0, 2.0, 3.0)
-    with pytest.raises(UsageError, match="--eps names zz, which are not merge keys"):
+    with pytest.raises(UsageError, match="^eps names zz, which are not merge keys"):
         V.eps_per_key({"zz": 1}, keys)
-    with pytest.raises(UsageError, match="--eps has 2 values but there are 3 keys"):
+    with pytest.raises(UsageError, match="^eps has 2 values but there are 3 keys"):
         V.eps_per_key([1, 2], keys)
     # spreading does not judge the values: the parameters do, once
     assert V.eps_per_key(-1, keys) == (-1.0,) * 3
@@ -210,7 +210,7 @@ def test_eps_per_key_and_check_once():
     from smerge.merge import CGMParams, MergeKeys, resolve_eps
 
     k = MergeKeys(("a",), ("a",))
-    with pytest.raises(UsageError, match="--eps for key 'a' is -1.0"):
+    with pytest.raises(UsageError, match="^eps for key 'a' is -1.0"):
         CGMParams(keys=k, eps=resolve_eps(-1, ("a",)))
 
 
