@@ -344,7 +344,7 @@ def render(saved: dict) -> str:
     if saved["pairs"]:
         same = all(p["same_as_first"] for p in saved["pairs"].values())
         lines += ["", f"Pair sets: {'identical' if same else '**different**'} across "
-                  f"{', '.join(saved['pairs'])} (the sorted (A.i, B.i) pairs of each tool's first run compared)."]
+                  f"{', '.join(saved['pairs'])} (the sorted (A.i, B.i) pairs of one run of each tool compared)."]
     return "\n".join(lines)
 
 
