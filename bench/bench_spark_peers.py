@@ -265,7 +265,7 @@ def measure(a) -> dict:
         want = [t.strip() for t in a.tools.split(",")]
         routes = {k: v for k, v in routes.items() if any(k.startswith(w) for w in want)}
     saved = {"records": n, "eps": EPS, "driver_memory": a.driver_memory, "as_limit_gib": a.as_limit,
-             "timeout": a.timeout, "repeat": a.repeat, "machine": common.machine(), "versions": versions(),
+             "timeout": a.timeout, "repeat": a.repeat, "tools": a.tools, "machine": common.machine(), "versions": versions(),
              "runs": {k: [] for k in routes}, "pairs": {}, "load_start": os.getloadavg()}
     ref = None
     for r in range(a.repeat):
@@ -318,6 +318,7 @@ def render(saved: dict) -> str:
              f"session start). Reproduce: `.venv/bin/python bench/bench_spark_peers.py --records {n} "
              f"--repeat {saved.get('repeat', rounds)}"
              + (f" --timeout {saved['timeout']:g}" if saved.get("timeout") else "")
+             + (f" --tools {saved['tools']}" if saved.get("tools") else "")
              + " --write` (peers installed by hand: the script's docstring).", "",
              "| tool | job s (median) | best job s | job vs smerge | process wall s | wall vs smerge | "
              "session start s | peak RSS of the process tree GiB | pairs |", "|---|---|---|---|---|---|---|---|---|"]
