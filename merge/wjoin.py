@@ -52,6 +52,11 @@ DEFAULT_OUTPUT_ROWS = 65536
 # more peak memory on a 48k + 48k band join and no time; 2^16 saved 14 MB more but cost ~40% on
 # a 4-way --on join of 1M records per stream: every cut redoes a level).
 SPLIT_TUPLES = 1 << 18
+# Arrivals of one stream in one chunk, at most (or twice the records it holds in its buffer,
+# whichever is larger: a chunk also rebuilds the buffer's hash chains and replays its purge). The
+# chunk's index arrays and the output of its blocks scale with it: 2^14 keeps a 48k + 48k band
+# join's peak ~40 MB lower than one chunk per 64k-record input batch, at no cost in time.
+CHUNK_ARRIVALS = 1 << 14
 # One arrival's partial tuples at one level. Each is held in about 2n + 4 int64 index arrays
 # (members, times, parents) and, at the last level, in every output column before the block is
 # written: 4M keeps a 3-way step under ~1 GB (32M reached 5.5 GB and was killed by a 2 GB
@@ -154,6 +159,7 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             return
         s.done = True
 
+    ready: list[pa.RecordBatch] = []  # output of the chunks so far, less than output_rows tuples
     # prime every stream
     for i, s in enumerate(st):
         load(s, i)
@@ -167,23 +173,61 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             takes = [int(np.searchsorted(s.pend_t, frontier, "left")) for s in st]
         else:
             takes = [s.pend_t.shape[0] for s in st]
+        capped = _cap(st, takes)
+        if capped is not None:
+            takes = capped
         for i, s in enumerate(st):
             held = s.buf_t.shape[0] + s.pend_t.shape[0]
             stats.peak_held[i] = max(stats.peak_held[i], held)
         if sum(takes):
             out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows, trace, block)
-            for b in out:
+            for b in out:  # pieces that never straddle a multiple of output_rows tuples
                 stats.tuples += b.num_rows
-                yield b
+                ready.append(b)
+                if stats.tuples % output_rows == 0:
+                    yield _joined(ready)
             stats.timeline.append([sum(s.rows_read for s in st), stats.tuples] + [s.buf_t.shape[0] for s in st])
+        if capped is not None:
+            continue  # the rest of the arrivals up to the frontier first
         if not live:
             break
         for i, s in enumerate(st):
             if not s.done and (s.pend_t.shape[0] == 0 or s.pend_t[-1] <= frontier):
                 load(s, i)
+    if ready:
+        yield _joined(ready)
     for i, s in enumerate(st):
         stats.records_read[i] = s.rows_read
     stats.join_seconds += time.perf_counter() - t_start
+
+
+def _joined(ready: list) -> pa.RecordBatch:
+    """The pieces in ``ready`` as one batch (``ready`` emptied): the output's batches (a Parquet
+    file's row groups) hold ``output_rows`` tuples each, wherever the chunks were cut."""
+    b = ready[0] if len(ready) == 1 else pa.concat_batches(ready)
+    ready.clear()
+    return b
+
+
+def _cap(st: list[_Stream], takes: list[int]) -> list[int] | None:
+    """Smaller takes when a stream would bring more than ``CHUNK_ARRIVALS`` (or twice its buffer)
+    arrivals to one chunk, else None. The cut is a time: every stream takes its records before it
+    (arrival order and the output are the same as one chunk's). When that time would take nothing
+    (a run of equal times longer than the cap), the cut is the next time after it."""
+    cut = None
+    for s, k in zip(st, takes):
+        cap = max(CHUNK_ARRIVALS, 2 * s.buf_t.shape[0])
+        if k > cap and (cut is None or s.pend_t[cap] < cut):
+            cut = s.pend_t[cap]
+    if cut is None:
+        return None
+    capped = [min(k, int(np.searchsorted(s.pend_t, cut, "left"))) for s, k in zip(st, takes)]
+    if not sum(capped):
+        after = [s.pend_t[i] for s, k in zip(st, takes) for i in [int(np.searchsorted(s.pend_t, cut, "right"))] if i < k]
+        if not after:
+            return None
+        capped = [min(k, int(np.searchsorted(s.pend_t, min(after), "left"))) for s, k in zip(st, takes)]
+    return capped
 
 
 def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
@@ -255,20 +299,29 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
             continue
         a_idx = np.concatenate([g[0] for g in groups])
         members = [np.concatenate([g[1][j] for g in groups]) for j in range(n)]
+        del groups
         if not a_idx.shape[0]:
             continue
         o = np.lexsort(tuple(members[j] for j in reversed(range(n))) + (a_idx,))
-        members = [m[o] for m in members]
-        cols = []
+        del a_idx
         for j in range(n):
-            idx = X.from_numpy(members[j])
-            for c, _ in plan.out_names[j]:
-                cols.append(X.call("take", comb_tab[j].column(c), idx))
-        for j in range(len(plan.id_names)):
-            cols.append(X.from_numpy(comb_row[j][members[j]]))
-        table = pa.Table.from_arrays(cols, schema=plan.out_schema)
-        for batch in table.to_batches(max_chunksize=output_rows):
-            yield batch
+            members[j] = members[j][o]
+        del o
+        # Gathered one piece at a time (the block's tuples are held as row numbers only), cut at
+        # every multiple of output_rows tuples of the whole output (``stats.tuples``: the caller
+        # counts each piece before the next is formed).
+        r0, total = 0, members[0].shape[0]
+        while r0 < total:
+            r1 = min(total, r0 + output_rows - stats.tuples % output_rows)
+            cols = []
+            for j in range(n):
+                idx = X.from_numpy(members[j][r0:r1])
+                for c, _ in plan.out_names[j]:
+                    cols.append(_one_chunk(X.call("take", comb_tab[j].column(c), idx)))
+            for j in range(len(plan.id_names)):
+                cols.append(X.from_numpy(comb_row[j][members[j][r0:r1]]))
+            r0 = r1
+            yield pa.RecordBatch.from_arrays(cols, schema=plan.out_schema)
     # purge rule, replayed arrival by arrival
     offsets = np.zeros(n + 1, np.int64)
     offsets[1:] = np.cumsum([c.shape[0] for c in comb_t])
@@ -293,6 +346,12 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         s.buf_t, s.buf_h, s.buf_row = comb_t[i][p:], comb_h[i][p:], comb_row[i][p:]
         s.pend = s.pend.slice(k)
         s.pend_t, s.pend_h, s.pend_row = s.pend_t[k:], s.pend_h[k:], s.pend_row[k:]
+
+
+def _one_chunk(c):
+    if isinstance(c, pa.ChunkedArray):
+        return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
+    return c
 
 
 def _pair_probe(plan: Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) -> list[tuple[X.Col, X.Col]]:
