@@ -114,6 +114,12 @@ def _limit() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
+# Children compile and keep their modules' bytecode as an installed package does (pip writes it at
+# install time): with PYTHONDONTWRITEBYTECODE set, every module edited since its last .pyc would
+# be compiled again in every timed run.
+CHILD_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run_child(cmd: list[str]) -> tuple[float, int]:
     """(wall seconds, peak RSS in MB) of one child process. Measured by ``/usr/bin/time``: a
     child forked from this (larger) process and then exec'ed would report this process's RSS at
@@ -121,7 +127,7 @@ def run_child(cmd: list[str]) -> tuple[float, int]:
     rss_file = WORK / "rss.txt"
     t0 = time.perf_counter()
     r = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *cmd], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, preexec_fn=_limit)
+                       stderr=subprocess.PIPE, preexec_fn=_limit, env=CHILD_ENV)
     wall = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)[:300]} failed ({r.returncode}): {r.stderr.decode()[-2000:]}")
@@ -141,6 +147,8 @@ def measure(sh: Shape, rounds: int, prefix: list[str], check_set: bool) -> dict:
     out_s, out_d = WORK / "smerge_out.parquet", WORK / "duckdb_out.parquet"
     s_cmd = smerge_cmd(prefix, sh, paths, out_s)
     d_cmd = [common.PYTHON, "-c", f"import duckdb; duckdb.connect().execute({duckdb_sql(sh, paths, out_d)!r})"]
+    for cmd in (s_cmd, d_cmd):  # untimed: bytecode written, inputs in the page cache
+        run_child(cmd)
     ts, td, rs, rd, loads = [], [], [], [], [os.getloadavg()[0]]
     for r in range(rounds):
         order = [(s_cmd, ts, rs), (d_cmd, td, rd)]
@@ -194,7 +202,9 @@ def write_section(a, rows) -> None:
              "ways join every stream on the station (lat and lon). Runs alternate; `time` is the median of the "
              "per-round ratios smerge / DuckDB (below 1: smerge is faster), RSS the median peak resident memory "
              "of each process (`/usr/bin/time`), load the median 1-minute load average during the shape's runs (2 cores "
-             f"shared with other jobs). {a.rounds} rounds per shape, {a.rounds_large} for the 1M-record shapes. "
+             f"shared with other jobs). {a.rounds} rounds per shape, {a.rounds_large} for the 1M-record shapes, after one "
+             "untimed run of each (the modules' bytecode written, as an installed package has it; the inputs in the "
+             "page cache). "
              "Tuple counts asserted equal; the tuple sets compared on the first shape. Reproduce: "
              "`.venv/bin/python bench/bench_wjoin_duckdb.py --write BENCHMARKS.md`.", "",
              "| shape | predicate | window | stations | records/stream | tuples | time smerge/DuckDB | smerge s | "
