@@ -41,6 +41,7 @@ from smerge.merge import expr as X
 from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
                                         range_probe)
 from smerge.merge.stats import BoundedSeries
+from smerge.merge.wjoin_chunks import cap_takes, joined, one_chunk
 from smerge.merge.wjoin_hashing import hash_terms, hash_values
 from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_plan import Plan, make_plan
@@ -176,7 +177,7 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             takes = [int(np.searchsorted(s.pend_t, frontier, "left")) for s in st]
         else:
             takes = [s.pend_t.shape[0] for s in st]
-        capped = _cap(st, takes)
+        capped = cap_takes(st, takes, CHUNK_ARRIVALS)
         if capped is not None:
             takes = capped
         for i, s in enumerate(st):
@@ -188,7 +189,7 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
                 stats.tuples += b.num_rows
                 ready.append(b)
                 if stats.tuples % output_rows == 0:
-                    yield _joined(ready)
+                    yield joined(ready)
             stats.timeline.append([sum(s.rows_read for s in st), stats.tuples] + [s.buf_t.shape[0] for s in st])
         if capped is not None:
             continue  # the rest of the arrivals up to the frontier first
@@ -198,39 +199,10 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             if not s.done and (s.pend_t.shape[0] == 0 or s.pend_t[-1] <= frontier):
                 load(s, i)
     if ready:
-        yield _joined(ready)
+        yield joined(ready)
     for i, s in enumerate(st):
         stats.records_read[i] = s.rows_read
     stats.join_seconds += time.perf_counter() - t_start
-
-
-def _joined(ready: list) -> pa.RecordBatch:
-    """The pieces in ``ready`` as one batch (``ready`` emptied): the output's batches (a Parquet
-    file's row groups) hold ``output_rows`` tuples each, wherever the chunks were cut."""
-    b = ready[0] if len(ready) == 1 else pa.concat_batches(ready)
-    ready.clear()
-    return b
-
-
-def _cap(st: list[_Stream], takes: list[int]) -> list[int] | None:
-    """Smaller takes when a stream would bring more than ``CHUNK_ARRIVALS`` (or twice its buffer)
-    arrivals to one chunk, else None. The cut is a time: every stream takes its records before it
-    (arrival order and the output are the same as one chunk's). When that time would take nothing
-    (a run of equal times longer than the cap), the cut is the next time after it."""
-    cut = None
-    for s, k in zip(st, takes):
-        cap = max(CHUNK_ARRIVALS, 2 * s.buf_t.shape[0])
-        if k > cap and (cut is None or s.pend_t[cap] < cut):
-            cut = s.pend_t[cap]
-    if cut is None:
-        return None
-    capped = [min(k, int(np.searchsorted(s.pend_t, cut, "left"))) for s, k in zip(st, takes)]
-    if not sum(capped):
-        after = [s.pend_t[i] for s, k in zip(st, takes) for i in [int(np.searchsorted(s.pend_t, cut, "right"))] if i < k]
-        if not after:
-            return None
-        capped = [min(k, int(np.searchsorted(s.pend_t, min(after), "left"))) for s, k in zip(st, takes)]
-    return capped
 
 
 def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
@@ -320,7 +292,7 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
             for j in range(n):
                 idx = X.from_numpy(members[j][r0:r1])
                 for c, _ in plan.out_names[j]:
-                    cols.append(_one_chunk(X.call("take", comb_tab[j].column(c), idx)))
+                    cols.append(one_chunk(X.call("take", comb_tab[j].column(c), idx)))
             for j in range(len(plan.id_names)):
                 cols.append(X.from_numpy(comb_row[j][members[j][r0:r1]]))
             r0 = r1
@@ -349,12 +321,6 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         s.buf_t, s.buf_h, s.buf_row = comb_t[i][p:], comb_h[i][p:], comb_row[i][p:]
         s.pend = s.pend.slice(k)
         s.pend_t, s.pend_h, s.pend_row = s.pend_t[k:], s.pend_h[k:], s.pend_row[k:]
-
-
-def _one_chunk(c):
-    if isinstance(c, pa.ChunkedArray):
-        return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
-    return c
 
 
 def _pair_probe(plan: Plan, j: int, bound: list[int], conjs: Sequence[X.Node]) -> list[tuple[X.Col, X.Col]]:
