@@ -20,6 +20,7 @@ import typer
 
 from smerge.cli.common import (EXIT_DELTA, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, choose_route, parse_conf,
                                progress_enabled, run_guarded, split_list, tqdm_progress)
+from smerge.cli.flags import flag
 from smerge.errors import SmergeError, UsageError
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_LEAST_INCREMENT, DEFAULT_WINDOW_SIZE
 from smerge.merge.values import parse_eps
@@ -228,7 +229,7 @@ def batch(
                                b_records=result["b_records"], match_pct=result["match_pct"],
                                delta_ok=result.get("delta_ok"), total_seconds=result["total_seconds"])
                 except SmergeError as e:
-                    rec.update(status="failed", exit_code=e.exit_code, error=str(e))
+                    rec.update(status="failed", exit_code=e.exit_code, error=e.message(flag))
                 except Exception as e:  # one job's internal error does not stop the others
                     if debug:
                         import traceback

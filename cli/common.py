@@ -52,7 +52,9 @@ def run_guarded(fn: Callable[[], int | None], *, debug: bool = False) -> None:
     except SmergeError as e:
         if debug:
             traceback.print_exc()
-        raise fail(str(e), e.exit_code)
+        from smerge.cli.flags import flag
+
+        raise fail(e.message(flag), e.exit_code)
     except KeyboardInterrupt:
         raise fail("interrupted; no output was written", 130)
     except MemoryError:

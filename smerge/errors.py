@@ -39,11 +39,13 @@ def name_parameters(naming: Callable[[str], str] | None) -> Callable[[str], str]
     return previous
 
 
-def render(text: str) -> str:
-    """``text`` with every ``param.NAME`` reference shown as the installed naming says."""
+def render(text: str, naming: Callable[[str], str] | None = None) -> str:
+    """``text`` with every ``param.NAME`` reference shown as ``naming`` (default: the installed
+    naming) says."""
     if _MARK not in text:
         return text
-    return _REFERENCE.sub(lambda m: _naming(m.group(1)) if _naming else m.group(1), text)
+    naming = naming or _naming
+    return _REFERENCE.sub(lambda m: naming(m.group(1)) if naming else m.group(1), text)
 
 
 class SmergeError(Exception):
@@ -53,6 +55,10 @@ class SmergeError(Exception):
 
     def __str__(self) -> str:
         return render(super().__str__())
+
+    def message(self, naming: Callable[[str], str] | None = None) -> str:
+        """The message with parameter references shown as ``naming`` says (the CLI: its options)."""
+        return render(super().__str__(), naming)
 
 
 class UsageError(SmergeError):

@@ -69,7 +69,7 @@ def test_staging_removed_however_the_body_ends(tmp_path, ending):
 
 def test_bad_partitions_fail_before_anything(tmp_path):
     calls = []
-    with pytest.raises(UsageError, match="--partitions is 0"):
+    with pytest.raises(UsageError, match="^partitions is 0"):
         run_on_spark(calls.append, master=None, partitions=0, conf=None, verbose=False, spark=FakeSession())
     assert calls == [] and os.listdir(tmp_path) == []
 

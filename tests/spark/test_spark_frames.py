@@ -285,6 +285,6 @@ def test_bad_smerge_settings_fail_before_anything_is_written(spark, tmp_path, ke
     a = write_stream(tmp_path / "a.parquet", partially_sorted(300, rng), np.zeros(300))
     os.mkdir(tmp_path / "out")
     j = job(tmp_path, a, a, "out/x", keys_a=("k1",), unmatched=None)
-    with pytest.raises(UsageError, match=f"--conf {key}="):
+    with pytest.raises(UsageError, match=f"^conf {key}="):
         run_cgm_spark(prepare(j), partitions=None if "min_records" in key else 2, conf={key: value}, spark=spark)
     assert os.listdir(tmp_path / "out") == []
