@@ -10,8 +10,8 @@ The Spark runner (``smerge.spark.cgm.runner``) takes the same ``PreparedMerge``.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Callable, Mapping
 
 import pyarrow as pa
 
@@ -24,6 +24,9 @@ from smerge.merge.keys import check_key_compat, key_eps, with_keys
 from smerge.merge.output import pair_schema
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_LEAST_INCREMENT, DEFAULT_WINDOW_SIZE
 from smerge.transport import BackgroundWriter, Prefetcher
+
+if TYPE_CHECKING:
+    from smerge.datasets.archive.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,9 @@ class CGMJob:
     overwrite: bool = False
     batch_rows: int = 131072
     command: str = ""
+    # The run's sampled archive reads (``smerge.datasets.archive.sampling.Sampling``), set by the
+    # pipeline (``execute``); None outside a run: archives read with the environment's fraction, else 1.
+    sampling: Sampling | None = field(default=None, compare=False, repr=False)
 
 
 def prepare(job: CGMJob, opener: Callable[..., InputSource] = open_input) -> PreparedMerge:

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from smerge.errors import InputError, UsageError, param
+
+if TYPE_CHECKING:
+    from smerge.datasets.archive.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class CountJob:
     stats: str | None = None
     overwrite: bool = False
     answer: Callable[[pa.Table], None] | None = field(default=None, compare=False, repr=False)
+    # The run's sampled archive reads (``smerge.datasets.archive.sampling.Sampling``), set by the
+    # pipeline (``execute``); None outside a run: archives read with the environment's fraction, else 1.
+    sampling: Sampling | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.every is None) == (self.start is None and self.stop is None) or (
@@ -117,18 +123,19 @@ def _query(job: CountJob, item_type: pa.DataType, time_field: pa.Field):
                       stop=time_point(job.stop, time_field, param.stop))
 
 
-def _open_records(source: str, item: str, time_col: str):
+def _open_records(source: str, item: str, time_col: str, sampling: Sampling | None = None):
     """The records to count. A netCDF file is read as every other command reads it, and as
     ``smerge serve`` streams it: its default keys (the dimension coordinates, or a point list's
     coordinates) and data variables, one record per grid point. The time joins the keys when it is
     not one (so a CF time is decoded), and the item joins the data variables (or else the keys)
-    when it is not a column already. Other inputs: the two columns."""
+    when it is not a column already. Other inputs: the two columns. ``sampling``: the run's (an
+    archive's fraction)."""
     from smerge.datasets import open_input
     from smerge.transport.flight_input import is_flight_url
 
-    src = None if is_flight_url(source) else open_input(source)
+    src = None if is_flight_url(source) else open_input(source, sample=sampling)
     if src is None or src.format != "netcdf":
-        return open_input(source, keys=(time_col,), variables=(item,))
+        return open_input(source, keys=(time_col,), variables=(item,), sample=sampling)
     names = src.schema.names
     if time_col in src.keys and item in names:
         return src
@@ -138,7 +145,7 @@ def _open_records(source: str, item: str, time_col: str):
     errors = []
     for k, v in tries:
         try:
-            return open_input(source, keys=k, variables=v or None)
+            return open_input(source, keys=k, variables=v or None, sample=sampling)
         except (UsageError, InputError) as e:
             errors.append(str(e))
     which = f"{param.item} {item!r}" if item not in names else f"{param.time} {time_col!r}"
@@ -153,7 +160,7 @@ def _from_records(job: CountJob, progress: Callable | None = None) -> tuple[pa.T
     from smerge.jobs.sampling import SampledCounts
 
     source, item, time_col = job.source, job.item, job.time
-    src = _open_records(source, item, time_col)
+    src = _open_records(source, item, time_col, job.sampling)
     names = src.schema.names
     if item not in names:
         raise UsageError(f"{source}: {param.item} {item!r} is not a column; columns: {', '.join(names[:20])}")

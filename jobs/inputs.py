@@ -46,15 +46,17 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
 
     B's keys are ``--keys-b`` when given, else A's key names (given, or A's defaults: the
     coordinate variables of A's dimensions in A's order), whatever B's own dimension order.
-    ``job`` needs ``a``, ``b``, ``keys_a``, ``keys_b``, ``vars_a``, ``vars_b``, ``batch_rows``.
+    ``job`` needs ``a``, ``b``, ``keys_a``, ``keys_b``, ``vars_a``, ``vars_b``, ``batch_rows``;
+    its ``sampling`` (the run's, if any) reaches the archive reader as ``sample``.
     """
-    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+    sample = {"sample": job.sampling} if getattr(job, "sampling", None) is not None else {}
+    src_a = opener(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows, **sample)
     if not src_a.keys:
         raise UsageError(f"{job.a}: no merge keys; pass {param.keys} K1,K2 (tabular inputs have no default keys)")
     keys_b = job.keys_b or tuple(src_a.keys)
     order = grid_order(src_a, keys_b)
     try:
-        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows,
+        src_b = opener(job.b, keys=keys_b, variables=job.vars_b, batch_rows=job.batch_rows, **sample,
                        **({"order": order} if order else {}))
     except MissingKeyError as e:
         if job.keys_b:

@@ -8,7 +8,9 @@ which inputs decide its route and which archive inputs it samples; the skeleton 
 
 1. the route (``smerge.jobs.route``): ``--local``, ``--master``, spark-submit, or the inputs' size
    (an engine without a Spark runner, ``count``, always runs in-process);
-2. sampled archive reads requested (``smerge.jobs.sampling``);
+2. the run's sampling (``smerge.jobs.sampling``): a ``Sampling`` with the fraction asked for each
+   archive input, put on the job (``job.sampling``) for the code that opens the inputs; the
+   archive reads report to it, and the statistics of step 6 are built from it;
 3. on Spark, every local path made absolute (executors resolve paths from their own folder);
 4. prepare (inputs opened for their metadata, parameters and outputs checked) -- on Spark, for
    inputs only Spark's readers open, inside the session;
@@ -56,8 +58,8 @@ class Engine:
     run_spark: Callable | None  # (prep, master=, partitions=, conf=, progress=, verbose=, spark=) -> statistics;
     # None: no Spark route (the run is in-process whatever the options say)
     inputs: Callable  # job -> the input paths that decide the route
-    request_samples: Callable  # (job, options, spark) -> None
-    sample_stats: Callable  # (result, job) -> None
+    request_samples: Callable  # (job, options, spark) -> the run's Sampling
+    sample_stats: Callable  # (result, job) -> None; from job.sampling
     spark_prepared: Callable = lambda job, conf: False  # True: prepared inside the session (URL inputs)
 
 
@@ -79,7 +81,7 @@ def _merge_engine(name: str, prepare: Callable, run_local: Callable, module: str
         name=name, prepare=prepare, run_local=run_local, run_spark=_on_spark(module, runner),
         inputs=lambda j: (j.a, j.b),
         request_samples=lambda j, o, spark: apply_samples(_pairs(j, o), spark=spark, budget=o.budget),
-        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b))), **more)
+        sample_stats=lambda r, j: sample_stats(r, (("a", j.a), ("b", j.b)), j.sampling), **more)
 
 
 def _cgm() -> Engine:
@@ -112,7 +114,7 @@ def _wjoin() -> Engine:
         name="wjoin", prepare=prepare, run_local=run_local,
         run_spark=_on_spark("smerge.spark.wjoin", "run_wjoin_spark"), inputs=lambda j: j.inputs,
         request_samples=_sample_every_input(lambda j: j.inputs),
-        sample_stats=lambda r, j: wjoin_sample_stats(r, j.inputs))
+        sample_stats=lambda r, j: wjoin_sample_stats(r, j.inputs, j.sampling))
 
 
 def _count() -> Engine:
@@ -122,7 +124,7 @@ def _count() -> Engine:
     return Engine(
         name="count", prepare=prepare, run_local=run_local, run_spark=None, inputs=lambda j: (j.source,),
         request_samples=_sample_every_input(lambda j: (j.source,)),
-        sample_stats=lambda r, j: count_sample_stats(r, j.source))
+        sample_stats=lambda r, j: count_sample_stats(r, j.source, j.sampling))
 
 
 def _pairs(job, options: RunOptions):
@@ -165,7 +167,7 @@ def execute(job, options: RunOptions = RunOptions(), *, route: Route | None = No
     conf = dict(options.conf)
     route = route or route_for(job, options)
     spark_prepared = route.spark and engine.spark_prepared(job, conf)
-    engine.request_samples(job, options, route.spark)
+    job = replace(job, sampling=engine.request_samples(job, options, route.spark))  # this run's, no other's
     named = job  # paths as the user named them (the statistics show them so on every route)
     if route.spark:  # executors resolve relative paths from their own working folder
         from smerge.jobs.paths import absolute_path, with_absolute_paths

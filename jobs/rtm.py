@@ -19,8 +19,8 @@ prepared merge on Spark (each partition of A queries the server) with the same o
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
-from typing import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterator, Mapping
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,9 @@ from smerge.merge.output import pair_schema
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, resolve_eps
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
+
+if TYPE_CHECKING:
+    from smerge.datasets.archive.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class RTMJob:
     overwrite: bool = False
     batch_rows: int = 131072
     command: str = ""
+    # The run's sampled archive reads (``smerge.datasets.archive.sampling.Sampling``), set by the
+    # pipeline (``execute``); None outside a run: archives read with the environment's fraction, else 1.
+    sampling: Sampling | None = field(default=None, compare=False, repr=False)
 
 
 def _server_source(job: RTMJob):
@@ -116,7 +122,7 @@ def _keys_in_server_order(job: RTMJob, src_a: InputSource, src_b: InputSource) -
     if job.keys_a:
         raise UsageError(f"{param.keys} {','.join(names_a)} lists the server's index keys in another order; the server "
                          f"sorts by {','.join(server)}: pass {param.keys} {','.join(server)}")
-    return open_input(job.a, keys=server, variables=job.vars_a, batch_rows=job.batch_rows)
+    return open_input(job.a, keys=server, variables=job.vars_a, batch_rows=job.batch_rows, sample=job.sampling)
 
 
 def prepare_rtm(job: RTMJob) -> PreparedMerge:
@@ -128,7 +134,8 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
         raise UsageError(f"{param.token_file} is for {param.server}; the embedded server makes its own token")
     client = None
     if job.server is not None:
-        src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows)
+        src_a = open_input(job.a, keys=job.keys_a, variables=job.vars_a, batch_rows=job.batch_rows,
+                           sample=job.sampling)
         if not src_a.keys:
             raise UsageError(f"{job.a}: no merge keys; pass {param.keys} K1,K2 (tabular inputs have no default keys)")
         client, src_b = _server_source(job)

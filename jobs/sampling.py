@@ -1,9 +1,13 @@
 """Sampled reads of archive inputs (``--sample-a/--sample-b``, ``--sample``, ``--budget``) and their estimates.
 
-The fraction is handed to the archive backend before the inputs are opened
-(``archive.read.request_sample``); the statistics then give the fraction used per archive input
-(``a_sample_fraction``, ``b_sample_fraction``; wjoin: ``sample_fractions``, None for inputs
-that are not archives) and counts scaled by 1/f into estimates with 95% intervals.
+Each run has its own :class:`~smerge.datasets.archive.sampling.Sampling`: ``apply_samples``
+(``apply_sample_all``) checks the options and returns it with the fraction asked for each
+archive input; the pipeline puts it on the job (``job.sampling``), the code that opens the
+inputs passes it to the archive reader (``open_input(path, sample=job.sampling)``), which
+reports the counters of its read to it; after the run the statistics are built from it: the
+fraction used per archive input (``a_sample_fraction``, ``b_sample_fraction``; wjoin:
+``sample_fractions``, None for inputs that are not archives) and counts scaled by 1/f into
+estimates with 95% intervals. Nothing is kept between runs.
 ``auto`` with ``--budget SECONDS`` chooses the fraction per run from the measured throughput
 (``archive.read.auto_batches``); one budget is shared by the command's archive inputs, counted
 from when the options are checked. On Spark a fixed fraction is pinned on the driver and read
@@ -14,9 +18,9 @@ only when some input is an archive folder or a fraction is given (``datasets.arc
 from __future__ import annotations
 
 import math
-import sys
 from typing import Optional, Sequence
 
+from smerge.datasets.archive.sampling import Sampling
 from smerge.errors import param
 
 AUTO = "auto"
@@ -39,17 +43,10 @@ def _budget(texts: Sequence[Optional[str]], budget: Optional[str]):
     return Budget(parse_budget(budget))
 
 
-def _clear_requests() -> None:
-    """Forget the requests of an earlier command in this process (none when the archive reader
-    was never imported: it is imported only for archive inputs and sampling options)."""
-    mod = sys.modules.get("smerge.datasets.archive.read")
-    if mod is not None:
-        mod.clear_requests()
-
-
 def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, spark: bool,
-                  budget: Optional[str] = None) -> None:
-    """Check each ``(option, fraction text, input path)`` and request the fraction for archive inputs.
+                  budget: Optional[str] = None) -> Sampling:
+    """Check each ``(option, fraction text, input path)`` and return the run's Sampling, with the
+    fraction requested for each archive input.
     A fraction below 1 (or auto) for an input that is not an archive is a UsageError, and so is
     auto on Spark (also from ``SMERGE_ARCHIVE_SAMPLE``); ``budget`` is the text of ``--budget``
     (needed by, and only by, auto). Imports the archive modules only when some input is an
@@ -57,7 +54,7 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
     from smerge.datasets.archive.probe import is_archive
     from smerge.errors import UsageError
 
-    _clear_requests()  # a request lasts one command (main() may run several in one process)
+    sampling = Sampling()  # one per run: nothing is shared with another run in this process
     shared = _budget([text for _, text, _ in pairs], budget)
     for opt, text, path in pairs:
         archive = path is not None and is_archive(path)
@@ -65,9 +62,9 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
             if spark and archive:  # the environment's fraction: checked here, pinned for the tasks later
                 from smerge.datasets.archive.read import SAMPLE_ENV, pinned_sample
 
-                pinned_sample(path, f"${SAMPLE_ENV} for {path}")
+                pinned_sample(path, f"${SAMPLE_ENV} for {path}", sampling)
             continue
-        from smerge.datasets.archive.read import parse_fraction, request_sample
+        from smerge.datasets.archive.read import parse_fraction
 
         auto = text.strip().lower() == AUTO
         f = shared if auto else parse_fraction(text, opt)
@@ -80,13 +77,14 @@ def apply_samples(pairs: Sequence[tuple[str, Optional[str], Optional[str]]], *, 
             from smerge.datasets.archive.read import SPARK_AUTO
 
             raise UsageError(f"{opt} auto: {SPARK_AUTO}")
-        request_sample(path, f)
+        sampling.request(path, f)
+    return sampling
 
 
 def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool, budget: Optional[str] = None,
-                     option: str = param.sample) -> None:
-    """wjoin's (and count's) ``--sample F|auto``: every input that is an archive folder is read with
-    F (files in full)."""
+                     option: str = param.sample) -> Sampling:
+    """wjoin's (and count's) ``--sample F|auto``: the run's Sampling, every input that is an
+    archive folder read with F (files in full)."""
     from smerge.datasets.archive.probe import is_archive
     from smerge.errors import UsageError
 
@@ -97,9 +95,8 @@ def apply_sample_all(text: Optional[str], inputs: Sequence[str], *, spark: bool,
         _budget([text], budget)
         if text.strip().lower() == AUTO or parse_fraction(text, option) < 1:
             raise UsageError(f"{option} {text}: no input is an archive folder; sampling reads archives only")
-        apply_samples([], spark=spark)
-        return
-    apply_samples([(option, text, p) for p in archives], spark=spark, budget=budget)
+        return Sampling()
+    return apply_samples([(option, text, p) for p in archives], spark=spark, budget=budget)
 
 
 Z95 = 1.959964  # two-sided 95% normal quantile
@@ -139,15 +136,16 @@ def estimate_spread(count: int, used: dict, other: float = 1.0) -> tuple[float, 
     return est, [max(float(count), est - half), est + half]
 
 
-def used_fraction(path: str) -> tuple[float, Optional[dict]]:
-    """The fraction an archive input was read with and, for auto, its reader's counters: the
-    fraction is then the expected share of the archive read (sum f_i n_i / N over its runs)."""
-    from smerge.datasets.archive.read import Budget, fraction_for, used_for
+def used_fraction(path: str, sampling: Sampling) -> tuple[float, Optional[dict]]:
+    """The fraction an archive input was read with in the run of ``sampling`` and, for auto, its
+    reader's counters: the fraction is then the expected share of the archive read (sum f_i n_i / N
+    over its runs)."""
+    from smerge.datasets.archive.read import Budget
 
-    f = fraction_for(path)
+    f = sampling.fraction_for(path)
     if not isinstance(f, Budget):
         return f, None
-    used = used_for(path) or {}
+    used = sampling.counters_for(path) or {}
     return used.get("sample_fraction") or 1.0, used
 
 
@@ -158,7 +156,7 @@ def _auto_stats(result: dict, prefix: str, used: dict) -> None:
     result[f"{prefix}sample_read_seconds"] = round(used.get("read_seconds", 0.0), 4)
 
 
-def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> dict:
+def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]], sampling: Sampling) -> dict:
     """Add ``<name>_sample_fraction`` for each ``(name, path)`` that is an archive folder and, when
     a fraction is below 1, estimates for the full inputs: ``<name>_records_estimate`` and
     ``matched_estimate`` (a pair survives with the product of the fractions), each with ``_95``.
@@ -172,7 +170,7 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
     autos = []
     for name, path in named:
         if path is not None and is_archive(path):
-            f, used = used_fraction(path)
+            f, used = used_fraction(path, sampling)
             result[f"{name}_sample_fraction"] = f
             p *= f
             if used is not None:
@@ -193,11 +191,11 @@ def sample_stats(result: dict, named: Sequence[tuple[str, Optional[str]]]) -> di
     return result
 
 
-def wjoin_sample_stats(result: dict, inputs: Sequence[str]) -> dict:
+def wjoin_sample_stats(result: dict, inputs: Sequence[str], sampling: Sampling) -> dict:
     from smerge.datasets.archive.probe import is_archive
 
     if any(is_archive(p) for p in inputs):
-        used = [used_fraction(p) if is_archive(p) else (None, None) for p in inputs]
+        used = [used_fraction(p, sampling) if is_archive(p) else (None, None) for p in inputs]
         fractions = result["sample_fractions"] = [f for f, _ in used]
         autos = [u for _, u in used if u is not None]
         if autos:
@@ -256,13 +254,13 @@ class SampledCounts:
         return g.sort_by([("start", "ascending"), ("item", "ascending")]).cast(t.schema)
 
 
-def count_sample_stats(stats: dict, source: str) -> dict:
+def count_sample_stats(stats: dict, source: str, sampling: Sampling) -> dict:
     """``smerge count``'s statistics for an archive source: ``sample_fraction`` and, below 1,
     ``records_estimate`` with its 95% interval (auto: also the mode, budget and run fractions)."""
     from smerge.datasets.archive.probe import is_archive
 
     if is_archive(source):
-        f, used = used_fraction(source)
+        f, used = used_fraction(source, sampling)
         stats["sample_fraction"] = f
         if used is not None:
             _auto_stats(stats, "", used)

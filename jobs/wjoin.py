@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
 
@@ -26,6 +26,9 @@ from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_plan import make_plan
 from smerge.merge.wjoin_stats import WJoinStats
 from smerge.transport import Prefetcher
+
+if TYPE_CHECKING:
+    from smerge.datasets.archive.sampling import Sampling
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,9 @@ class WJoinJob:
     stats: str | None = None
     batch_rows: int = 65536
     command: str = ""
+    # The run's sampled archive reads (``smerge.datasets.archive.sampling.Sampling``), set by the
+    # pipeline (``execute``); None outside a run: archives read with the environment's fraction, else 1.
+    sampling: Sampling | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass
@@ -107,19 +113,21 @@ def parse_vars(specs: Sequence[str], n: int) -> tuple[tuple[str, ...] | None, ..
     return tuple(per.get(i, every) for i in range(n))
 
 
-def _open_stream(path: str, variables: tuple[str, ...] | None, keep: tuple[str, ...], batch_rows: int):
-    """``path`` opened with ``variables`` (the default choice when None); returns (source, keys,
-    variables) as opened. netCDF picks its keys itself (the coordinates of the variables'
+def _open_stream(path: str, variables: tuple[str, ...] | None, keep: tuple[str, ...], batch_rows: int,
+                 sampling: Sampling | None = None):
+    """``path`` opened with ``variables`` (the default choice when None) and the run's ``sampling``
+    (an archive's fraction); returns (source, keys, variables) as opened. netCDF picks its keys itself (the coordinates of the variables'
     dimensions, as for cgm); a table keeps ``keep`` (its time and --on columns) before them."""
     from smerge.datasets.base import guess_backend
     from smerge.errors import MissingKeyError
 
     if variables is None or guess_backend(path).name == "netcdf":
-        return open_input(path, variables=variables, batch_rows=batch_rows, decode_times=True), None, variables
+        return open_input(path, variables=variables, batch_rows=batch_rows, decode_times=True,
+                          sample=sampling), None, variables
     keys = tuple(dict.fromkeys(keep))
     try:
-        return open_input(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=True), keys, \
-            variables
+        return open_input(path, keys=keys, variables=variables, batch_rows=batch_rows, decode_times=True,
+                          sample=sampling), keys, variables
     except MissingKeyError as e:
         raise UsageError(f"{path}: no column {', '.join(map(repr, e.missing))} ({param.vars} keeps the time column and the "
                          f"{param.on} columns); {str(e).partition('; ')[2]} (use {param.time})") from None
@@ -138,7 +146,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     pairs = tuple(parse_pair_window(s, n) for s in job.pair_windows)
     params = WJoinParams(n_streams=n, time=tuple(job.time), window=job.window, pair_windows=pairs, on=tuple(job.on),
                          where=job.where, aliases=tuple(job.aliases), with_ids=job.with_ids, method=job.method)
-    opened = [_open_stream(p, v, (params.time[i], *params.on), job.batch_rows)
+    opened = [_open_stream(p, v, (params.time[i], *params.on), job.batch_rows, job.sampling)
               for i, (p, v) in enumerate(zip(job.inputs, parse_vars(job.vars, n)))]
     sources = [o[0] for o in opened]
     plan = make_plan([s.schema for s in sources], params, sources=job.inputs)  # columns, time kinds, predicate

@@ -1,5 +1,6 @@
 """Archive inputs on Spark (docs/archive.md, "On Spark"): the driver pins each archive input's
-sampling fraction and seed, and the tasks reopen it with them.
+sampling fraction and seed (from the run's ``Sampling``, ``job.sampling``, else the driver's
+environment), and the tasks reopen it with them.
 
 An archive read at a fixed fraction f has a known number of records per run (the draws depend
 on the manifest's block counts only: ``archive.read.sample_counts``), so it is an input with a
@@ -13,17 +14,17 @@ Nothing here imports pyspark; the archive modules are imported only for archive 
 from __future__ import annotations
 
 
-def pinned_sample(path: str | None) -> tuple:
-    """``(fraction, seed)`` the driver reads the archive at ``path`` with (``()``: not an archive).
-    auto (``--sample auto``, ``SMERGE_ARCHIVE_SAMPLE=auto``) is a UsageError: see
-    ``archive.read.pinned_sample``."""
+def pinned_sample(path: str | None, sampling=None) -> tuple:
+    """``(fraction, seed)`` the driver reads the archive at ``path`` with in the run of
+    ``sampling`` (``()``: not an archive). auto (``--sample auto``, ``SMERGE_ARCHIVE_SAMPLE=auto``)
+    is a UsageError: see ``archive.read.pinned_sample``."""
     from smerge.datasets.archive.probe import is_archive
 
     if not path or not is_archive(path):
         return ()
     from smerge.datasets.archive.read import pinned_sample as pin
 
-    return pin(path)
+    return pin(path, sampling=sampling)
 
 
 def open_options(sample: tuple) -> dict:

@@ -264,7 +264,7 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
                         vars_a=tuple(job.vars_a) if job.vars_a else None, batch_rows=job.batch_rows,
                         schema_a=src_a.schema, schema_b=prep.src_b.schema, b_records=b_records, params=params,
                         url=url, token=token, tls_root_certs=certs, ranges=tuple(ranges), staging=staging,
-                        unmatched_a=bool(prep.unmatched_paths), sample_a=pinned_sample(a_path))
+                        unmatched_a=bool(prep.unmatched_paths), sample_a=pinned_sample(a_path, job.sampling))
     t1 = time.perf_counter()
     results = run.collect(lambda: sc.parallelize(range(len(ranges)), len(ranges))
                           .map(lambda p: rtm_partition(plan, p)).collect(), len(ranges), "A partitions")

@@ -149,7 +149,7 @@ def _run(prep, run: SparkRun, partitions: int | None) -> dict:
     n = params.n_streams
     specs = tuple(StreamSpec(path=os.path.abspath(s.path), source=job.inputs[i], batch_rows=job.batch_rows,
                              schema=s.schema, outer=s.outer_size, inner=max(int(s.inner_size or 1), 1),
-                             sample=pinned_sample(s.path), keys=keys, variables=variables)
+                             sample=pinned_sample(s.path, job.sampling), keys=keys, variables=variables)
                   for i, (s, (keys, variables)) in enumerate(zip(prep.sources, prep.opened or [(None, None)] * n)))
     eplan = make_plan([s.schema for s in specs], params)
     hashed = eplan.hash_terms is not None

@@ -24,5 +24,7 @@ SHA-256, and carries its own SHA-256.
 Modules: ``probe`` (``is_archive``, with no heavy import: the CLI asks it of every input),
 ``manifest`` (the manifest, its checks, reading one block, the blocks for a fraction, ``info``),
 ``append`` (the writer), ``blocks`` (one run laid out in blocks), ``aggregate`` (aggregate
-copies), ``read`` (sampled reads and the ``archive`` input backend). Nothing is imported here.
+copies), ``read`` (sampled reads and the ``archive`` input backend), ``sampling`` (one run's
+sampled reads: the fraction asked per input and what each read reported; no heavy import).
+Nothing is imported here.
 """

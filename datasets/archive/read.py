@@ -10,9 +10,12 @@ a read is reproducible for a given seed and runs are sampled independently.
 
 Memory: one run's chosen blocks at a time (at most R x B x f records, plus one block).
 
-The fraction of an archive input comes from ``open_input(path, sample=f, sample_seed=s)``,
-else from ``request_sample(path, f)`` (what the CLI's ``--sample-a/-b`` set), else from the
-environment (``SMERGE_ARCHIVE_SAMPLE``, ``SMERGE_ARCHIVE_SEED``), else 1.
+The fraction of an archive input comes from ``open_input(path, sample=f, sample_seed=s)``; a
+run passes its :class:`~smerge.datasets.archive.sampling.Sampling` instead
+(``sample=sampling``: what the CLI's ``--sample-a/-b`` asked for that input), and the reader
+reports the counters of its read to it. With no fraction given, it comes from the environment
+(``SMERGE_ARCHIVE_SAMPLE``, ``SMERGE_ARCHIVE_SEED``), else 1. Nothing is kept in this module
+between reads.
 
 ``sample`` may also be a :class:`Budget` (CLI: ``--sample auto --budget SECONDS``; environment:
 ``SMERGE_ARCHIVE_SAMPLE=auto`` with ``SMERGE_ARCHIVE_BUDGET``): the fraction is then chosen per
@@ -21,6 +24,7 @@ run from the throughput measured so far (the r-UDF feedback of OSCAR), see :func
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -34,6 +38,7 @@ from smerge.datasets.archive.blocks import time_order
 from smerge.datasets.archive.manifest import (EAGER, Manifest, blocks_for_fraction, eager_fractions, read_block,
                                               read_manifest)
 from smerge.datasets.archive.probe import is_archive
+from smerge.datasets.archive.sampling import Sampling
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, InputSource, register_backend
 from smerge.datasets.tabular import rebatch, resolve_columns, sliced
 from smerge.errors import UsageError, param
@@ -72,8 +77,6 @@ class Budget:
 
 
 Sample = Union[float, Budget]
-_REQUESTED: dict[str, tuple[Sample, int | None]] = {}
-_USED: dict[str, dict] = {}  # realpath -> counters of the last read of that archive in this process
 
 
 def check_fraction(f: float, what: str = "the sampling fraction") -> float:
@@ -99,16 +102,6 @@ def parse_budget(text: str, what: str = param.budget) -> float:
     return s
 
 
-def request_sample(path: str, fraction: Sample, seed: int | None = None) -> None:
-    """Read the archive at ``path`` with ``fraction`` (or a :class:`Budget`) when it is opened later in this process."""
-    _REQUESTED[os.path.realpath(path)] = (check_sample(fraction), seed)
-
-
-def clear_requests() -> None:
-    _REQUESTED.clear()
-    _USED.clear()
-
-
 def _env_sample() -> Sample | None:
     text = os.environ.get(SAMPLE_ENV)
     if not text:
@@ -121,10 +114,9 @@ def _env_sample() -> Sample | None:
     return parse_fraction(text, f"${SAMPLE_ENV}")
 
 
-def _resolve(path: str, sample: Sample | None, sample_seed: int | None) -> tuple[Sample, int]:
-    req = _REQUESTED.get(os.path.realpath(path))
-    if sample is None and req is not None:
-        sample, sample_seed = req[0], sample_seed if sample_seed is not None else req[1]
+def resolve_sample(sample: Sample | None, sample_seed: int | None) -> tuple[Sample, int]:
+    """The fraction (or Budget) and seed of a read: those given, else the environment's
+    (``SMERGE_ARCHIVE_SAMPLE``, ``SMERGE_ARCHIVE_SEED``), else 1 and ``DEFAULT_SAMPLE_SEED``."""
     if sample is None:
         sample = _env_sample()
     if sample_seed is None and os.environ.get(SEED_ENV):
@@ -135,27 +127,26 @@ def _resolve(path: str, sample: Sample | None, sample_seed: int | None) -> tuple
     return check_sample(1.0 if sample is None else sample), DEFAULT_SAMPLE_SEED if sample_seed is None else sample_seed
 
 
-def pinned_sample(path: str, what: str = "") -> tuple[float, int]:
-    """The fixed fraction and seed this process reads the archive at ``path`` with, for tasks
-    that reopen it elsewhere (Spark executors see neither ``request_sample`` nor, on a cluster,
-    the driver's environment). auto is a UsageError: its fraction is decided per run by the one
-    reader that measures the throughput, which a task reading part of the archive is not."""
-    sample, seed = _resolve(path, None, None)
+def _resolve(path: str, sample, sample_seed: int | None) -> tuple[Sample, int, Sampling | None]:
+    """``sample`` may be the run's :class:`Sampling`: the fraction and seed requested for ``path``
+    there (a ``sample_seed`` given wins), and the Sampling the read reports to."""
+    sampling = sample if isinstance(sample, Sampling) else None
+    if sampling is not None:
+        sample, seed = sampling.requested_for(path)
+        sample_seed = sample_seed if sample_seed is not None else seed
+    return (*resolve_sample(sample, sample_seed), sampling)
+
+
+def pinned_sample(path: str, what: str = "", sampling: Sampling | None = None) -> tuple[float, int]:
+    """The fixed fraction and seed the archive at ``path`` is read with in the run of ``sampling``
+    (None: no request, the environment's), for tasks that reopen it elsewhere (Spark executors
+    see neither the driver's Sampling nor, on a cluster, its environment). auto is a UsageError:
+    its fraction is decided per run by the one reader that measures the throughput, which a task
+    reading part of the archive is not."""
+    sample, seed = sampling.resolve(path) if sampling is not None else resolve_sample(None, None)
     if isinstance(sample, Budget):  # (the message names the option or variable that asked for it)
         raise UsageError(f"{what or path}: {SPARK_AUTO}")
     return sample, seed
-
-
-def fraction_for(path: str) -> Sample:
-    """The fraction (or Budget) an archive at ``path`` is read with when opened with no ``sample`` argument."""
-    return _resolve(path, None, None)[0]
-
-
-def used_for(path: str) -> dict | None:
-    """The counters of the last read of the archive at ``path`` in this process (None: not read):
-    ``sample_fraction`` (auto: the expected share of the archive's records, sum f_i n_i / N),
-    ``run_fractions`` and ``run_records`` (per run read, auto only), ``blocks_read``, ..."""
-    return _USED.get(os.path.realpath(path))
 
 
 def _read_chosen(man: Manifest, blocks: Sequence[dict], read_cols: list[str] | None,
@@ -212,25 +203,38 @@ def run_sample(man: Manifest, run_index: int, fraction: float, seed: int,
     return _merge_run(man, parts, columns, counters)
 
 
-_COUNTS: dict[tuple, list[int]] = {}  # (folder, manifest checksum, fraction, seed) -> records per run
+class _Counted:
+    """A manifest as a cache key: its folder and checksum (the draws depend on its block counts only)."""
+
+    def __init__(self, man: Manifest):
+        self.man = man
+        self.key = (os.path.realpath(man.directory), man.meta.get("manifest_sha256"))
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Counted) and other.key == self.key
 
 
-def sample_counts(man: Manifest, fraction: float, seed: int) -> list[int]:
-    """The records of each run's sample at a fixed ``fraction`` and ``seed``, from the manifest
-    alone: :func:`run_sample`'s draws (:func:`_run_draws`) replayed without reading a block.
-    Costs about ``fraction`` x N random numbers (none at f = 1); cached per process."""
-    key = (os.path.realpath(man.directory), man.meta.get("manifest_sha256"), float(fraction), int(seed))
-    if key in _COUNTS:
-        return _COUNTS[key]
-    out = []
+@functools.lru_cache(maxsize=256)
+def _counts(counted: _Counted, fraction: float, seed: int) -> tuple[int, ...]:
+    man, out = counted.man, []
     for i, run in enumerate(man.runs):
         if fraction >= 1.0:
             out.append(sum(b["count"] for b in run["blocks"]))
             continue
         out.append(sum(b["count"] if m is None else int(np.count_nonzero(m))
                        for b, m in _run_draws(man, i, fraction, seed)))
-    _COUNTS[key] = out
-    return out
+    return tuple(out)
+
+
+def sample_counts(man: Manifest, fraction: float, seed: int) -> list[int]:
+    """The records of each run's sample at a fixed ``fraction`` and ``seed``, from the manifest
+    alone: :func:`run_sample`'s draws (:func:`_run_draws`) replayed without reading a block.
+    Costs about ``fraction`` x N random numbers (none at f = 1); memoized per process (a pure
+    function of the manifest's checksum, the fraction and the seed)."""
+    return list(_counts(_Counted(man), float(fraction), int(seed)))
 
 
 def sample_batches(man: Manifest, fraction: float, seed: int, *, columns: list[str] | None = None,
@@ -413,7 +417,10 @@ class ArchiveBackend:
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False, sample: Sample | None = None,
              sample_seed: int | None = None) -> InputSource:
-        fraction, seed = _resolve(path, sample, sample_seed)
+        """``sample``: a fraction, a :class:`Budget`, or the run's :class:`Sampling` (its request
+        for ``path``; each read reports its counters to it). The counters are also the source's
+        ``counters``."""
+        fraction, seed, sampling = _resolve(path, sample, sample_seed)
         man = read_manifest(path)
         schema, columns, key_names = resolve_columns(path, man.schema, keys, variables)
         auto = isinstance(fraction, Budget)
@@ -425,7 +432,8 @@ class ArchiveBackend:
         cache: dict = {}
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
-            _USED[os.path.realpath(path)] = counters
+            if sampling is not None:
+                sampling.report(path, counters)
             if auto:
                 for k in ("run_fractions", "run_records", "run_counts", "blocks_read", "bytes_read", "records_read"):
                     counters.pop(k, None)

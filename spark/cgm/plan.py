@@ -227,7 +227,7 @@ def side_spec(prep: PreparedMerge, side: str) -> SideSpec:
     step = max(1, job.batch_rows // inner)
     return SideSpec(path=src.path, keys=tuple(src.keys), variables=tuple(variables) if variables else None,
                     batch_rows=job.batch_rows, schema=src.schema, step=step, inner=inner, outer=src.outer_size,
-                    sample=pinned_sample(src.path), reopen=getattr(src, "reopen", None),
+                    sample=pinned_sample(src.path, job.sampling), reopen=getattr(src, "reopen", None),
                     reordered=bool(src.grid is not None and src.grid.reordered))
 
 

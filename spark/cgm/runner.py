@@ -76,7 +76,7 @@ def prepare_frames(job, spark) -> PreparedMerge:
     from smerge.jobs import prepare
     from smerge.spark.frames import open_frame
 
-    return prepare(job, opener=lambda path, **kw: open_frame(spark, path, **kw))
+    return prepare(job, opener=lambda path, sample=None, **kw: open_frame(spark, path, **kw))
 
 
 def _frame_sources(prep: PreparedMerge) -> dict | None:

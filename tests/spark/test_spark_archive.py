@@ -42,14 +42,14 @@ def _cgm(spark, tmp, arch, b, f, parts, tag):
 
     out = {}
     for route in ("local", "spark"):
-        apply_samples((("--sample-a", str(f), arch), ("--sample-b", None, b)), spark=route == "spark")
+        s = apply_samples((("--sample-a", str(f), arch), ("--sample-b", None, b)), spark=route == "spark")
         job = CGMJob(a=arch, b=b, output=str(tmp / f"{tag}-{route}.parquet"), keys_a=("t",), eps=(0.6,),
                      window_size=64, least_increment_a=16,
                      least_increment_b=16, with_ids=True, unmatched=str(tmp / f"{tag}-{route}-un"), overwrite=True,
-                     batch_rows=100)
+                     batch_rows=100, sampling=s)
         prep = prepare(job)
         r = run_local(prep) if route == "local" else run_cgm_spark(prep, spark=spark, partitions=parts)
-        out[route] = sample_stats(r, (("a", arch), ("b", b)))
+        out[route] = sample_stats(r, (("a", arch), ("b", b)), s)
     return out["local"], out["spark"]
 
 
@@ -95,13 +95,14 @@ def test_rtm_on_an_archive_sample_equals_local(spark, tmp_path, data, side):
     a, b = (arch, b) if side == "a" else (b, arch)
     out = {}
     for route in ("local", "spark"):
-        apply_samples((("--sample-a", "0.5" if side == "a" else None, a),
-                       ("--sample-b", "0.5" if side == "b" else None, b)), spark=route == "spark")
+        s = apply_samples((("--sample-a", "0.5" if side == "a" else None, a),
+                           ("--sample-b", "0.5" if side == "b" else None, b)), spark=route == "spark")
         job = RTMJob(a=a, b=b, keys_a=("t",), eps=0.6, window_size=100, with_ids=True,
-                     output=str(tmp_path / f"r-{route}.parquet"), unmatched=str(tmp_path / f"r-{route}-un"))
+                     output=str(tmp_path / f"r-{route}.parquet"), unmatched=str(tmp_path / f"r-{route}-un"),
+                     sampling=s)
         prep = prepare_rtm(job)
         r = run_rtm(prep) if route == "local" else run_rtm_spark(prep, spark=spark, partitions=3)
-        out[route] = sample_stats(r, (("a", a), ("b", b)))
+        out[route] = sample_stats(r, (("a", a), ("b", b)), s)
     loc, spk = out["local"], out["spark"]
     assert spk["execution"] == "spark" and spk["partitions"] == 3  # A cut into 3 row ranges
     for name in (".parquet", "-un.a.parquet", "-un.b.parquet"):
@@ -120,12 +121,12 @@ def test_wjoin_on_an_archive_sample_equals_local(spark, tmp_path, data, f):
     arch, b = data
     out = {}
     for route in ("local", "spark"):
-        apply_sample_all(str(f), [arch, b], spark=route == "spark")
+        s = apply_sample_all(str(f), [arch, b], spark=route == "spark")
         job = WJoinJob(inputs=(arch, b), time=("t",), window="1", with_ids=True, batch_rows=200,
-                       output=str(tmp_path / f"w-{route}.parquet"), overwrite=True)
+                       output=str(tmp_path / f"w-{route}.parquet"), overwrite=True, sampling=s)
         prep = prepare(job)
         r = run_local(prep) if route == "local" else run_wjoin_spark(prep, spark=spark, partitions=2)
-        out[route] = wjoin_sample_stats(r, [arch, b])
+        out[route] = wjoin_sample_stats(r, [arch, b], s)
     loc, spk = out["local"], out["spark"]
     assert spk["execution"] == "spark"
     got, want = pq.read_table(tmp_path / "w-spark.parquet"), pq.read_table(tmp_path / "w-local.parquet")
@@ -145,11 +146,11 @@ def test_a_fraction_from_the_environment_reaches_the_tasks(spark, tmp_path, data
     monkeypatch.setenv("SMERGE_ARCHIVE_SEED", "7")
     res = {}
     for route in ("local", "spark"):
-        apply_samples((("--sample-a", None, arch), ("--sample-b", None, b)), spark=route == "spark")
+        s = apply_samples((("--sample-a", None, arch), ("--sample-b", None, b)), spark=route == "spark")
         prep = prepare(CGMJob(a=arch, b=b, output=str(tmp_path / f"{route}.parquet"), keys_a=("t",), eps=(0.6,),
-                              with_ids=True, overwrite=True, batch_rows=100))
+                              with_ids=True, overwrite=True, batch_rows=100, sampling=s))
         r = run_local(prep) if route == "local" else run_cgm_spark(prep, spark=spark, partitions=2)
-        res[route] = sample_stats(r, (("a", arch), ("b", b)))
+        res[route] = sample_stats(r, (("a", arch), ("b", b)), s)
     assert pq.read_table(tmp_path / "spark.parquet").equals(pq.read_table(tmp_path / "local.parquet"))
     assert res["spark"]["a_sample_fraction"] == res["local"]["a_sample_fraction"] == 0.5
     assert res["spark"]["a_records"] == res["local"]["a_records"] < 6000
