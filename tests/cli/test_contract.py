@@ -87,16 +87,21 @@ def test_every_command_reports_route_and_total_seconds(tmp_path, capsys, monkeyp
     for name, args in runs.items():
         rc = main([*args, "--stats", f"{name}.json", "--no-progress"])
         assert rc == 0, (name, capsys.readouterr().err)
-        s = json.loads((tmp_path / f"{name}.json").read_text())
+        text = (tmp_path / f"{name}.json").read_text()
+        s = json.loads(text)
         assert s["route"].startswith("local (") and s["execution"] == "local", (name, s.get("route"))
         assert s["total_seconds"] > 0 and s["session_seconds"] == 0, name
-        capsys.readouterr()
+        cap = capsys.readouterr()
+        # a message's parameter references (smerge.errors.param) never reach what a run prints or writes
+        assert "\x1d" not in text + cap.out + cap.err, name
     # --json prints the same statistics
     assert main(["gen", "o6.parquet", "--records", "10", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["records"] == 10
     # an existing --stats file is refused before the run without --overwrite
     rc = main(["gen", "o7.parquet", "--records", "10", "--stats", "gen.json"])
     assert rc == 2 and not (tmp_path / "o7.parquet").exists()
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "\x1d" not in err
 
 
 def test_no_file_cites_what_users_cannot_read():
