@@ -15,9 +15,10 @@ ctypes releases the GIL during every call, so reader and writer threads keep wor
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 
 import numpy as np
+
+from smerge.merge._cext import open_extension
 
 BEFORE = -1
 MATCH = 0
@@ -30,11 +31,7 @@ _i64 = ctypes.c_int64
 
 
 def _load() -> ctypes.CDLL:
-    spec = importlib.util.find_spec("smerge.merge._ckernel")
-    if spec is None or not spec.origin:
-        raise ImportError("smerge's C kernel (smerge.merge._ckernel) is not built: reinstall with `pip install -e .` "
-                          "(needs a C compiler)")
-    lib = ctypes.CDLL(spec.origin)
+    lib = open_extension("smerge.merge._ckernel", "C kernel")
     lib.smerge_argsort.argtypes = [_f64p, _i64p, _i64, _i64, _i64p, _i64p]
     lib.smerge_argsort.restype = None
     lib.smerge_sweep.argtypes = [_f64p, _i64, _f64p, _i64, _i64, _f64p, _u8p, _u8p, _i64p, _i64p, _i64p]

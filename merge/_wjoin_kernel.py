@@ -12,9 +12,10 @@ of memory per process.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 
 import numpy as np
+
+from smerge.merge._cext import open_extension
 
 INT_NEG = np.iinfo(np.int64).min
 INT_POS = np.iinfo(np.int64).max
@@ -24,11 +25,7 @@ _i64 = ctypes.c_int64
 
 
 def _load() -> ctypes.CDLL:
-    spec = importlib.util.find_spec("smerge.merge._wjoin_ckernel")
-    if spec is None or not spec.origin:
-        raise ImportError("smerge's W-join kernel (smerge.merge._wjoin_ckernel) is not built: reinstall with "
-                          "`pip install -e .` (needs a C compiler)")
-    lib = ctypes.CDLL(spec.origin)
+    lib = open_extension("smerge.merge._wjoin_ckernel", "W-join kernel")
     for sfx, t in (("i64", _i64), ("f64", ctypes.c_double)):
         f = getattr(lib, f"wj_purge_walk_{sfx}")
         f.argtypes = [_i64, _p, _p, _p, _p, _p, _p, _p, _p, _i64, t, _p, _p, _i64, _p, _i64, t, t]

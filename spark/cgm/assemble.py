@@ -36,24 +36,22 @@ def _conform(batch, schema: pa.Schema) -> pa.RecordBatch:
 def assemble_outputs(prep: PreparedMerge, plan: MergePlan, results: list[dict], seam: dict) -> None:
     """Write the final outputs atomically from the part files and the kept seam pairs."""
     out, un_a, un_b = open_outputs(prep)
-    with committed((out, un_a, un_b)):
+
+    def copy_parts(writer, kind: str, seam_table) -> None:
+        """Every task's part of ``kind`` in partition order, then the seam's table (if any)."""
         for r in results:
-            for b in read_part(part_path(plan.staging, "pairs", r["p"])):
-                out.write(_conform(b, out.schema))
-        if seam["pairs"] is not None:
-            for b in seam["pairs"].to_batches():
-                out.write(_conform(b, out.schema))
+            for b in read_part(part_path(plan.staging, kind, r["p"])):
+                writer.write(_conform(b, writer.schema))
+        if seam_table is not None:
+            for b in seam_table.to_batches():
+                writer.write(_conform(b, writer.schema))
+
+    with committed((out, un_a, un_b)):
+        copy_parts(out, "pairs", seam["pairs"])
         if un_a is not None:
-            for r in results:
-                for b in read_part(part_path(plan.staging, "ua", r["p"])):
-                    un_a.write(_conform(b, un_a.schema))
-            if seam["dropped_a"] is not None:
-                for b in seam["dropped_a"].to_batches():
-                    un_a.write(_conform(b, un_a.schema))
+            copy_parts(un_a, "ua", seam["dropped_a"])
         if un_b is not None:
-            for r in results:
-                for b in read_part(part_path(plan.staging, "ub", r["p"])):
-                    un_b.write(_conform(b, un_b.schema))
+            copy_parts(un_b, "ub", None)
             kept_b = seam["kept_b"]
             for r in results:
                 t = read_ipc_bytes(r["cand_b"])
