@@ -38,9 +38,10 @@ from typing import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
+from smerge.datasets.metadata import schema_list, short_error
 from smerge.errors import InputError, KeyNaNError, SmergeError, UsageError, param
 from smerge.index.format import (INDEX_FILES, INDEX_FORMAT_VERSION, MAX_DIMS, check_file, check_order, damaged,
-                                 file_digest, meta_digest, read_meta, schema_list, short_error)
+                                 file_digest, meta_digest, read_meta)
 from smerge.index.paging import Page, fingerprint, parse_token
 from smerge.index.tree import build_tree, open_tree, sort_order
 from smerge.merge.range_source import ROW_ID_COLUMN, Box

@@ -9,12 +9,11 @@ SHA-256. Every check turns damage into one ``InputError`` line that says to rebu
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 
 import numpy as np
-import pyarrow as pa
 
+from smerge.datasets.metadata import json_digest, read_json_object, short_error
 from smerge.errors import InputError
 
 INDEX_FORMAT_VERSION = 3  # 2: meta.json records a SHA-256 and size of every file, the schema and its own SHA-256;
@@ -24,17 +23,8 @@ HASH_CHUNK = 8 << 20
 MAX_DIMS = 8  # keys of one index
 
 
-def short_error(e: BaseException) -> str:
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 def damaged(directory: str, what: str) -> InputError:
     return InputError(f"{directory}: damaged index ({what}); rebuild it with `smerge index build`")
-
-
-def schema_list(schema: pa.Schema) -> list[list[str]]:
-    return [[f.name, str(f.type)] for f in schema]
 
 
 def file_digest(path: str, copy_to: str | None = None) -> dict:
@@ -56,8 +46,7 @@ def file_digest(path: str, copy_to: str | None = None) -> dict:
 
 
 def meta_digest(meta: dict) -> str:
-    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return json_digest(meta, "meta_sha256")
 
 
 def read_meta(directory: str) -> dict:
@@ -65,13 +54,7 @@ def read_meta(directory: str) -> dict:
     meta_path = os.path.join(directory, "meta.json")
     if not os.path.isfile(meta_path):
         raise InputError(f"{directory}: not an smerge index (no meta.json); build one with `smerge index build`")
-    try:
-        with open(meta_path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise damaged(directory, f"meta.json cannot be read ({short_error(e)})") from None
-    if not isinstance(meta, dict):
-        raise damaged(directory, "meta.json is not a JSON object")
+    meta = read_json_object(directory, "meta.json", damaged)
     if meta.get("format") != "smerge-index" or meta.get("version") != INDEX_FORMAT_VERSION:
         fmt, ver = str(meta.get("format"))[:40], str(meta.get("version"))[:40]
         raise InputError(f"{directory}: index format {fmt}/{ver} is not supported (this smerge reads "

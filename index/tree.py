@@ -13,7 +13,8 @@ import os
 
 import numpy as np
 
-from smerge.index.format import damaged, file_digest, short_error
+from smerge.datasets.metadata import short_error
+from smerge.index.format import damaged, file_digest
 
 ADAPTIVE_SORT_MAX_INVERSIONS = 0.1  # fraction of adjacent inversions below which B is merge-sorted adaptively
 

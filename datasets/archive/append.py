@@ -29,9 +29,10 @@ from smerge.datasets.archive.aggregate import AggregateSpec, _write_aggregates, 
 from smerge.datasets.archive.blocks import _eager_run, _rts_run, _RunFile, _split_run, parquet_options
 from smerge.datasets.archive.manifest import (
     AGG_DIR, ARCHIVE_FORMAT, ARCHIVE_VERSION, DEFAULT_BLOCK_ROWS, DEFAULT_RUN_BLOCKS, EAGER, LAYOUT, LAYOUTS, LOCK,
-    MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _fsync_path, _make_dir, _short,
-    _write_manifest, all_blocks, max_time, min_time, read_manifest, schema_list)
+    MANIFEST, MAX_COPIES, MAX_RUN_RECORDS, RUN_SUFFIX, RUNS_DIR, _RUN_ID, Manifest, _fsync_path, _make_dir,
+    _write_manifest, all_blocks, max_time, min_time, read_manifest)
 from smerge.datasets.archive.probe import is_archive
+from smerge.datasets.metadata import schema_list, short_error
 from smerge.datasets.output_space import space_cause
 from smerge.datasets.output_staging import remove_stale
 from smerge.errors import InputError, OutputError, UsageError, param
@@ -223,7 +224,7 @@ def append(directory: str, source_path: str, batches: Iterable[pa.RecordBatch], 
         if not isinstance(e, OSError):
             raise
         # a folder that cannot be written, a full disk: the current run is not appended
-        cause = space_cause(e, directory) or e.strerror or _short(e)
+        cause = space_cause(e, directory) or e.strerror or short_error(e)
         raise OutputError(f"{directory}: cannot write the archive ({cause}); check the folder's "
                           "permissions and free space (runs appended before this one are kept)") from None
 

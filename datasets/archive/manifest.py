@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.datasets.archive.probe import MANIFEST
+from smerge.datasets.metadata import json_digest, read_json_object, schema_list, short_error
 from smerge.datasets.output_staging import temp_name
 from smerge.errors import InputError
 
@@ -41,22 +42,12 @@ _BLOCK_FILE = re.compile(r"^block-\d{5}\.parquet$")  # version-1 archives writte
 _AGG_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,120}$")
 
 
-def _short(e: BaseException) -> str:
-    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-    return text if len(text) <= 160 else text[:157] + "..."
-
-
 def damaged(directory: str, what: str) -> InputError:
     return InputError(f"{directory}: damaged archive ({what}); restore it from a copy, or append to a new archive")
 
 
 def _digest(meta: dict) -> str:
-    body = {k: v for k, v in meta.items() if k != "manifest_sha256"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def schema_list(schema: pa.Schema) -> list[list[str]]:
-    return [[f.name, str(f.type)] for f in schema]
+    return json_digest(meta, "manifest_sha256")
 
 
 def _json_time(column: pa.ChunkedArray | pa.Array, i: int) -> Any:
@@ -159,13 +150,7 @@ def read_manifest(directory: str, *, check_files: bool = True) -> Manifest:
     path = os.path.join(directory, MANIFEST)
     if not os.path.isdir(directory) or not os.path.isfile(path):
         raise InputError(f"{directory}: not an smerge archive (no {MANIFEST}); create one with `smerge archive append`")
-    try:
-        with open(path, "rb") as f:
-            meta = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as e:
-        raise damaged(directory, f"{MANIFEST} cannot be read ({_short(e)})") from None
-    if not isinstance(meta, dict):
-        raise damaged(directory, f"{MANIFEST} is not a JSON object")
+    meta = read_json_object(directory, MANIFEST, damaged)
     if meta.get("format") != ARCHIVE_FORMAT or meta.get("version") != ARCHIVE_VERSION:
         fmt, ver = str(meta.get("format"))[:40], str(meta.get("version"))[:40]
         raise InputError(f"{directory}: archive format {fmt}/{ver} is not supported (this smerge reads "
@@ -188,7 +173,7 @@ def read_manifest(directory: str, *, check_files: bool = True) -> Manifest:
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(meta["arrow_schema"], validate=True)))
     except (ValueError, pa.ArrowException) as e:
-        raise damaged(directory, f"its schema cannot be decoded ({_short(e)})") from None
+        raise damaged(directory, f"its schema cannot be decoded ({short_error(e)})") from None
     if schema_list(schema) != meta["schema"] or meta["time"] not in schema.names:
         raise damaged(directory, f"{MANIFEST}'s schema fields disagree")
     man = Manifest(directory, meta, schema)
@@ -218,7 +203,7 @@ def _read_range(man: Manifest, name: str, offset: int, size: int) -> bytes:
                 f.seek(offset)
             return f.read(size)
     except OSError as e:
-        raise damaged(man.directory, f"{name} cannot be read ({e.strerror or _short(e)})") from None
+        raise damaged(man.directory, f"{name} cannot be read ({e.strerror or short_error(e)})") from None
 
 
 def read_block(man: Manifest, block: dict, columns: list[str] | None = None) -> pa.Table:
@@ -235,7 +220,7 @@ def read_block(man: Manifest, block: dict, columns: list[str] | None = None) -> 
         # block of a process, about a second.
         table = pq.ParquetFile(pa.BufferReader(data)).read(columns=columns)
     except (OSError, pa.ArrowException) as e:
-        raise damaged(man.directory, f"{what} cannot be parsed ({_short(e)})") from None
+        raise damaged(man.directory, f"{what} cannot be parsed ({short_error(e)})") from None
     if table.num_rows != block["count"]:
         raise damaged(man.directory, f"{what} has {table.num_rows} records, the manifest says {block['count']}")
     return table
