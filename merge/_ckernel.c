@@ -18,7 +18,11 @@
 
 typedef int64_t i64;
 
-static inline int tol_cmp(const double *x, const double *y, const double *eps, i64 d) {
+/* Forced inlining: the CGM passes are instantiated for d = 1, 2, 3 (see smerge_cgm_passes), so
+ * that the key loops and record copies are unrolled for a constant d. */
+#define INL static inline __attribute__((always_inline))
+
+INL int tol_cmp(const double *x, const double *y, const double *eps, i64 d) {
     for (i64 c = 0; c < d; c++) {
         if (x[c] < y[c] - eps[c]) return -1;
         if (x[c] > y[c] + eps[c]) return 1;
@@ -27,7 +31,7 @@ static inline int tol_cmp(const double *x, const double *y, const double *eps, i
 }
 
 /* Exact (key, row) <=: x sorts before or equal to y. */
-static inline int lex_le(const double *x, i64 xr, const double *y, i64 yr, i64 d) {
+INL int lex_le(const double *x, i64 xr, const double *y, i64 yr, i64 d) {
     for (i64 c = 0; c < d; c++) {
         if (x[c] < y[c]) return 1;
         if (x[c] > y[c]) return 0;
@@ -36,7 +40,7 @@ static inline int lex_le(const double *x, i64 xr, const double *y, i64 yr, i64 d
 }
 
 /* Exact (key, row, index) <= of records p and q: the total order of a stable sort. */
-static inline int le_idx(const double *keys, const i64 *rows, i64 d, i64 p, i64 q) {
+INL int le_idx(const double *keys, const i64 *rows, i64 d, i64 p, i64 q) {
     const double *x = keys + p * d, *y = keys + q * d;
     for (i64 c = 0; c < d; c++) {
         if (x[c] < y[c]) return 1;
@@ -48,7 +52,7 @@ static inline int le_idx(const double *keys, const i64 *rows, i64 d, i64 p, i64 
 
 /* Sort idx[0..n) by le_idx: insertion-sorted runs of 16, then bottom-up merges (tmp: n).
  * Returns the buffer holding the result (idx or tmp). */
-static i64 *merge_sort(const double *keys, const i64 *rows, i64 d, i64 *idx, i64 *tmp, i64 n) {
+INL i64 *merge_sort(const double *keys, const i64 *rows, i64 d, i64 *idx, i64 *tmp, i64 n) {
     const i64 run = 16;
     for (i64 s = 0; s < n; s += run) {
         i64 e = s + run < n ? s + run : n;
@@ -81,7 +85,7 @@ static i64 *merge_sort(const double *keys, const i64 *rows, i64 d, i64 *idx, i64
  * Adaptive for partially sorted input: one pass splits the records into an ordered
  * subsequence and the misfits (for each adjacent inversion met, both records); the misfits
  * are merge-sorted and merged back. scratch: 3n int64. */
-void smerge_argsort(const double *keys, const i64 *rows, i64 n, i64 d, i64 *idx, i64 *scratch) {
+INL void argsort_impl(const double *keys, const i64 *rows, i64 n, i64 d, i64 *idx, i64 *scratch) {
     for (i64 t = 0; t < n; t++) idx[t] = t;
     if (n < 2) return;
     int ordered = 1;
@@ -106,8 +110,12 @@ void smerge_argsort(const double *keys, const i64 *rows, i64 n, i64 d, i64 *idx,
     while (q < nm) idx[o++] = ms[q++];
 }
 
+void smerge_argsort(const double *keys, const i64 *rows, i64 n, i64 d, i64 *idx, i64 *scratch) {
+    argsort_impl(keys, rows, n, d, idx, scratch);
+}
+
 /* First position after i whose key does not MATCH wk[i]. */
-static inline i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const double *eps) {
+INL i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const double *eps) {
     const double *y = wk + i * d;
     for (i64 t = i + 1; t < n; t++) {
         const double *x = wk + t * d;
@@ -120,8 +128,8 @@ static inline i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const dou
 /* One sweep over sorted windows ak[0..na) and bk[0..nb) (docs/semantics.md section 3, step 3).
  * Marks matched positions (am, bm: cleared by the caller), writes pair positions; returns m
  * and the final cursors in ij[0], ij[1]. */
-i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, const double *eps,
-                 uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *ij) {
+INL i64 sweep_impl(const double *ak, i64 na, const double *bk, i64 nb, i64 d, const double *eps,
+                   uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *ij) {
     i64 i = 0, j = 0, m = 0;
     while (i < na && j < nb) {
         int c = tol_cmp(ak + i * d, bk + j * d, eps, d);
@@ -138,10 +146,15 @@ i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, cons
     return m;
 }
 
+i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, const double *eps,
+                 uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *ij) {
+    return sweep_impl(ak, na, bk, nb, d, eps, am, bm, apos, bpos, ij);
+}
+
 /* Stable in-place merge of the new records (order: sorted positions into newk) into the
  * sorted window wk[0..n), which has room for them at its end. Merging from the back never
  * overwrites a record not yet moved; records sorting before every new one are not touched. */
-static i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 *newr, const i64 *order,
+INL i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 *newr, const i64 *order,
                       i64 nn, i64 d) {
     i64 p = n - 1, q = nn - 1, o = n + nn - 1;
     while (q >= 0) {
@@ -161,7 +174,7 @@ static i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 
 }
 
 /* Remove matched records, then evict the first `evict` remaining ones into ev_out. */
-static i64 compact(double *wk, i64 *wr, i64 n, i64 d, const uint8_t *matched, i64 evict, i64 *ev_out,
+INL i64 compact(double *wk, i64 *wr, i64 n, i64 d, const uint8_t *matched, i64 evict, i64 *ev_out,
                    i64 *evicted_out) {
     i64 o = 0, evicted = 0;
     for (i64 t = 0; t < n; t++) {
@@ -177,9 +190,9 @@ static i64 compact(double *wk, i64 *wr, i64 n, i64 d, const uint8_t *matched, i6
     return o;
 }
 
-static i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 take, i64 d,
+INL i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 take, i64 d,
                   i64 *order, i64 *scratch) {
-    smerge_argsort(pk, pr, take, d, order, scratch);
+    argsort_impl(pk, pr, take, d, order, scratch);
     return merge_back(wk, wr, n, pk, pr, order, take, d);
 }
 
@@ -187,24 +200,46 @@ static i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i
  * st: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
  * [5] passes, [6] A records retired since st[7] was set, [7] report-window stop (0: none).
  * counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between calls.
- * Returns 0 needs more A, 1 needs more B, 2 output buffers full, 3 merge ended, 4 the report
- * window closed (st[6] reached st[7] > 0).
+ * Returns 0 needs more A, 1 needs more B (the pending records of that side have joined its
+ * window: st[2] or st[3] is then at the end of the pending ones), 2 output buffers full, 3 merge
+ * ended, 4 the report window closed (st[6] reached st[7] > 0).
  * work: 4N int64 (sort order + scratch). */
-int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
-                      const double *pak, const i64 *par, i64 pa_n, int a_exhausted,
-                      const double *pbk, const i64 *pbr, i64 pb_n, int b_exhausted,
-                      i64 d, const double *eps, i64 window_size, i64 inc_a, i64 inc_b,
-                      i64 *pairs_a, i64 *pairs_b, i64 pairs_cap, i64 *ev_a, i64 *ev_b, i64 ev_cap,
-                      i64 *counts, i64 *pass_m, i64 *pass_ret_a, i64 pass_cap,
-                      uint8_t *ma, uint8_t *mb, i64 *spa, i64 *spb, i64 *work) {
+#define CGM_PASSES_PARAMS                                                                          \
+    i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,                                         \
+    const double *pak, const i64 *par, i64 pa_n, int a_exhausted,                                 \
+    const double *pbk, const i64 *pbr, i64 pb_n, int b_exhausted,                                 \
+    i64 d, const double *eps, i64 window_size, i64 inc_a, i64 inc_b,                               \
+    i64 *pairs_a, i64 *pairs_b, i64 pairs_cap, i64 *ev_a, i64 *ev_b, i64 ev_cap,                  \
+    i64 *counts, i64 *pass_m, i64 *pass_ret_a, i64 pass_cap,                                       \
+    uint8_t *ma, uint8_t *mb, i64 *spa, i64 *spb, i64 *work
+#define CGM_PASSES_ARGS(D)                                                                         \
+    st, wak, war, wbk, wbr, pak, par, pa_n, a_exhausted, pbk, pbr, pb_n, b_exhausted, D, eps,      \
+    window_size, inc_a, inc_b, pairs_a, pairs_b, pairs_cap, ev_a, ev_b, ev_cap, counts, pass_m,    \
+    pass_ret_a, pass_cap, ma, mb, spa, spb, work
+INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
     const i64 ncap = window_size;
     i64 *order = work, *scratch = work + ncap;
     for (;;) {
         i64 na = st[0], nb = st[1];
+        /* Input short: the records available join the window now (the window's order is the
+         * total order of (key, row id), so topping up in two steps gives the same window), so
+         * that the caller's next batch need not be appended to left-over records. */
         i64 need_a = ncap - na, avail_a = pa_n - st[2];
-        if (need_a > 0 && avail_a < need_a && !a_exhausted) return 0;
+        if (need_a > 0 && avail_a < need_a && !a_exhausted) {
+            if (avail_a > 0) {
+                st[0] = top_up(wak, war, na, pak + st[2] * d, par + st[2], avail_a, d, order, scratch);
+                st[2] += avail_a;
+            }
+            return 0;
+        }
         i64 need_b = ncap - nb, avail_b = pb_n - st[3];
-        if (need_b > 0 && avail_b < need_b && !b_exhausted) return 1;
+        if (need_b > 0 && avail_b < need_b && !b_exhausted) {
+            if (avail_b > 0) {
+                st[1] = top_up(wbk, wbr, nb, pbk + st[3] * d, pbr + st[3], avail_b, d, order, scratch);
+                st[3] += avail_b;
+            }
+            return 1;
+        }
         if (counts[0] + ncap > pairs_cap || counts[1] + ncap > ev_cap || counts[2] + ncap > ev_cap ||
             counts[3] >= pass_cap)
             return 2;
@@ -223,7 +258,7 @@ int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
         memset(ma, 0, (size_t)na);
         memset(mb, 0, (size_t)nb);
         i64 ij[2];
-        i64 m = smerge_sweep(wak, na, wbk, nb, d, eps, ma, mb, spa, spb, ij);
+        i64 m = sweep_impl(wak, na, wbk, nb, d, eps, ma, mb, spa, spb, ij);
         i64 base = counts[0];
         for (i64 t = 0; t < m; t++) {
             pairs_a[base + t] = war[spa[t]];
@@ -248,6 +283,16 @@ int smerge_cgm_passes(i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,
             st[6] += m + ea;
             if (st[6] >= st[7]) return 4;
         }
+    }
+}
+
+int smerge_cgm_passes(CGM_PASSES_PARAMS) {
+    /* The same passes with d a constant for the usual key counts (identical arithmetic). */
+    switch (d) {
+    case 1: return cgm_passes_impl(CGM_PASSES_ARGS(1));
+    case 2: return cgm_passes_impl(CGM_PASSES_ARGS(2));
+    case 3: return cgm_passes_impl(CGM_PASSES_ARGS(3));
+    default: return cgm_passes_impl(CGM_PASSES_ARGS(d));
     }
 }
 

@@ -110,8 +110,9 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
     [4] done flag, [5] passes, [6] A records retired since [7] was set, [7] report-window stop:
     when > 0, the A records still to retire before the open report window closes (0: no stop).
     ``counts``: pairs, evicted A, evicted B, passes logged. Windows are kept sorted between
-    calls. Returns 0 needs more A input, 1 needs more B input, 2 output buffers full, 3 merge
-    ended, 4 report window closed (``st[6] >= st[7] > 0``, after the pass that closed it).
+    calls. Returns 0 needs more A input, 1 needs more B input (that side's pending records have
+    then joined its window: none is left over), 2 output buffers full, 3 merge ended, 4 report
+    window closed (``st[6] >= st[7] > 0``, after the pass that closed it).
     ``work``: 4N int64 scratch (allocated when not given).
     """
     pak, pbk = _keys(pak), _keys(pbk)
