@@ -31,7 +31,7 @@ from smerge.errors import UsageError, param
 from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
-from smerge.merge.output import pair_schema
+from smerge.merge.output import int64_array, pair_schema
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, resolve_eps
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats
@@ -173,7 +173,7 @@ def unmatched_b(client, names, paired: np.ndarray, *, with_ids: bool) -> Iterato
         if keep.any():
             sel = batch.filter(pa.array(keep))
             if with_ids:
-                sel = sel.append_column("b_row", pa.array(rows[keep], pa.int64()))
+                sel = sel.append_column("b_row", int64_array(rows[keep]))
             yield sel
 
 

@@ -22,7 +22,7 @@ from smerge.merge import _kernel
 from smerge.merge.adapt import DeltaController
 from smerge.merge.ceiling import kappa_figures
 from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
-from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
+from smerge.merge.output import RowStore, empty_batch, int64_array, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
 from smerge.merge.stats import MergeStats, ReportWindows
 
@@ -243,8 +243,8 @@ def cgm_merge(
             batch = side.store.take(rows)
             if params.with_ids:
                 # a copy: ``rows`` may be a view of a buffer the next passes overwrite, and
-                # pa.array does not copy int64 data (the batch may be written later, in a thread)
-                batch = batch.append_column(f"{side.name}_row", pa.array(np.array(rows, dtype=np.int64)))
+                # the Arrow array does not copy it (the batch may be written later, in a thread)
+                batch = batch.append_column(f"{side.name}_row", int64_array(np.array(rows, dtype=np.int64)))
             unmatched(side.name, batch)
 
     def flush() -> _Gather | None:

@@ -29,7 +29,7 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
 from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
-from smerge.merge.output import empty_batch, pair_batch, pair_schema
+from smerge.merge.output import empty_batch, int64_array, pair_batch, pair_schema
 from smerge.merge.range_source import ROW_ID_COLUMN, Box, RangeSource
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats, ReportWindows
@@ -228,10 +228,10 @@ def rtm_merge(
 
     def emit_a(window: pa.Table, pos: np.ndarray, rows: np.ndarray) -> None:
         if unmatched is not None and pos.size:
-            batch = window.take(pa.array(pos, pa.int64())).combine_chunks().to_batches()
+            batch = window.take(int64_array(pos)).combine_chunks().to_batches()
             batch = batch[0] if batch else empty_batch(schema_a)
             if params.with_ids:
-                batch = batch.append_column("a_row", pa.array(rows, pa.int64()))
+                batch = batch.append_column("a_row", int64_array(rows))
             unmatched("a", batch)
 
     prefetch = getattr(source, "prefetch", None)
@@ -314,7 +314,7 @@ def rtm_merge(
             b_tab = pa.concat_tables(b_parts) if len(b_parts) > 1 else b_parts[0]
             b_rows = b_tab.column(ROW_ID_COLUMN).to_numpy().astype(np.int64)
             b_paired[b_rows] = True
-            a_part = window.take(pa.array(a_pos_all)).combine_chunks().to_batches()[0]
+            a_part = window.take(int64_array(a_pos_all)).combine_chunks().to_batches()[0]
             b_part = b_tab.select(b_names).combine_chunks()
             if b_part.schema != schema_b:
                 b_part = b_part.cast(schema_b)

@@ -1,5 +1,5 @@
 import sys
 
-from smerge.cli.main import main
+from smerge.cli.main import console
 
-sys.exit(main())
+sys.exit(console())
