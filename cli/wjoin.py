@@ -60,7 +60,7 @@ def wjoin(
     partitions: Annotated[Optional[int], typer.Option("--partitions", help="Spark partitions for HW-join (hash of the equality key; default: Spark's default parallelism). NLW-join runs as one partition.")] = None,
     conf: ConfOpt = None,
     verbose: VerboseOpt = False,
-    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Records read per input batch (memory: window + about one batch per stream).")] = 65536,
+    batch_rows: Annotated[int, typer.Option("--batch-rows", help="Records read per input batch (memory: window + up to two batches per stream).")] = 8192,
     progress: ProgressOpt = None,
     debug: DebugOpt = False,
 ) -> None:
