@@ -87,3 +87,20 @@ def test_output_batches_do_not_depend_on_the_input_batches(output_rows):
     assert sizes[1] == sizes[7] == sizes[400]
     total = sum(sizes[1])
     assert sizes[1] == [output_rows] * (total // output_rows) + ([total % output_rows] if total % output_rows else [])
+
+
+def test_every_stream_brings_about_a_batch_to_each_chunk():
+    """Four streams read in batches of 500: each chunk takes about one batch from every stream
+    (not a batch divided among them: the streams at the frontier are not the only ones read),
+    and a stream holds its buffer plus less than two batches."""
+    rng = np.random.default_rng(5)
+    n, rows, batch = 4, 20_000, 500
+    tabs = [pa.table({"t": pa.array(np.sort(rng.integers(0, 200_000, rows)), pa.int64()),
+                      "k": pa.array(rng.integers(0, 20, rows))}) for _ in range(n)]
+    p = WJoinParams(n, ("t",), window=20, on=("k",), with_ids=True)
+    stats = WJoinStats()
+    out = table(batches(tabs, p, batch, 65536, stats))
+    assert stats.chunks <= rows // batch + 2 * n
+    assert max(stats.peak_held) < max(stats.peak_buffered) + 2 * batch
+    whole = table(batches(tabs, p, rows, 65536))
+    assert ids(out, n) == ids(whole, n)
