@@ -38,10 +38,11 @@ import pyarrow as pa
 
 from smerge.errors import InputError, UsageError, param
 from smerge.merge import expr as X
+from smerge.merge import wjoin_numpy as N
 from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
                                         range_probe)
 from smerge.merge.stats import BoundedSeries
-from smerge.merge.wjoin_chunks import cap_takes, joined, one_chunk
+from smerge.merge.wjoin_chunks import cap_takes, joined
 from smerge.merge.wjoin_hashing import hash_terms, hash_values
 from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_plan import Plan, make_plan
@@ -86,29 +87,6 @@ class _Stream:
         self.buf_t, self.buf_h, self.buf_row = empty_t, np.empty(0, np.uint64), np.empty(0, np.int64)
 
 
-def _times(col, kind: str, s: _Stream) -> np.ndarray:
-    if col.null_count:
-        row = s.rows_read + int(np.flatnonzero(X.to_numpy(X.call("is_null", col)))[0])
-        raise InputError(f"{s.name}: time column {s.time_col!r} is missing at row {row}; every record needs a time")
-    if kind.startswith(("datetime", "cf:")):
-        if kind.startswith("cf:"):
-            return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
-        unit = "ns" if kind.partition("@")[0].split("+")[0] == "datetime" else "us"
-        try:
-            col = X.cast(col, pa.timestamp(unit, getattr(col.type, "tz", None)))
-        except pa.ArrowInvalid:
-            raise InputError(f"{s.name}: time column {s.time_col!r} holds dates outside 1678-2262 that another "
-                             "stream's nanosecond timestamps cannot share; cast that stream to timestamp[us]") from None
-        return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
-    if kind == "int":
-        return X.to_numpy(X.cast(col, pa.int64())).astype(np.int64)
-    v = X.to_numpy(X.cast(col, pa.float64())).astype(np.float64)
-    if np.isnan(v).any():
-        row = s.rows_read + int(np.argmax(np.isnan(v)))
-        raise InputError(f"{s.name}: time column {s.time_col!r} is NaN at row {row}; every record needs a time")
-    return v
-
-
 def wjoin(streams: Sequence[Iterable[pa.RecordBatch]], schemas: Sequence[pa.Schema], params: WJoinParams, *,
           stats: WJoinStats | None = None, sources: Sequence[str] | None = None,
           output_rows: int = DEFAULT_OUTPUT_ROWS, trace: list | None = None) -> Iterator[pa.RecordBatch]:
@@ -147,7 +125,7 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
                 tab = tab.select(s.schema.names)
             if not tab.schema.equals(s.schema):
                 tab = tab.cast(s.schema)
-            t = _times(tab.column(s.time_col), plan.kind, s)
+            t = N.times(tab.column(s.time_col), plan.kind, s)
             prev = s.last_t
             if (prev is not None and t[0] < prev) or (t.shape[0] > 1 and np.any(t[1:] < t[:-1])):
                 d = np.flatnonzero(np.diff(np.concatenate([[prev if prev is not None else t[0]], t])) < 0)[0]
@@ -301,9 +279,8 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
             r1 = min(total, r0 + output_rows - stats.tuples % output_rows)
             cols = []
             for j in range(n):
-                idx = X.from_numpy(members[j][r0:r1])
                 for c, _ in plan.out_names[j]:
-                    cols.append(one_chunk(X.call("take", comb_tab[j].column(c), idx)))
+                    cols.append(N.take(comb_tab[j].column(c), members[j][r0:r1]))
             for j in range(len(plan.id_names)):
                 cols.append(X.from_numpy(comb_row[j][members[j][r0:r1]]))
             r0 = r1
@@ -410,8 +387,17 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         if not conjs or a_idx.shape[0] == 0:
             return
         node = X.conjoin(conjs)
-        m = X.mask(node, lambda s, c: X.call("take", comb_tab[s].column(c), X.from_numpy(mem[s])), a_idx.shape[0])
+        m = N.mask_numpy(node, numpy_column, a_idx.shape[0])
+        if m is None:
+            m = X.mask(node, lambda s, c: X.call("take", comb_tab[s].column(c), X.from_numpy(mem[s])), a_idx.shape[0])
         keep(m)
+
+    def numpy_column(s, c):
+        key = ("values", s, c)  # per chunk (``buckets`` is the chunk's cache)
+        if key not in buckets:
+            buckets[key] = N.values(comb_tab[s].column(c))
+        v = buckets[key]
+        return None if v is None else v[mem[s]]
 
     def keep(m):
         nonlocal a_idx, h

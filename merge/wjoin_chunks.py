@@ -38,10 +38,4 @@ def cap_takes(st: Sequence, takes: list[int], chunk_arrivals: int) -> list[int] 
     return capped
 
 
-def one_chunk(c):
-    if isinstance(c, pa.ChunkedArray):
-        return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
-    return c
-
-
-__all__ = ["joined", "cap_takes", "one_chunk"]
+__all__ = ["joined", "cap_takes"]

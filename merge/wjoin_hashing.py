@@ -9,24 +9,31 @@ import pyarrow as pa
 
 from smerge.merge import expr as X
 from smerge.merge.hashing import mix64 as _mix
+from smerge.merge.wjoin_numpy import _PER_S, values
 
 
 def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
     """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
     if kind in ("num", "bool"):
-        v = X.to_numpy(X.cast(col, pa.float64()))
+        v = values(col)
+        if v is None or v.dtype.itemsize == 8 and v.dtype.kind in "iu" and v.shape[0] and (
+                int(v.max()) > 2**53 or int(v.min()) < -(2**53)):
+            v = X.to_numpy(X.cast(col, pa.float64()))  # Arrow's cast: NULLs, or integers a float64 does not hold
+        v = v.astype(np.float64, copy=False)
         v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
         return _mix(v.view(np.uint64))
     if kind == "time":
         # (seconds, nanoseconds within the second) from the column's own unit: equal instants
         # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
         t = col.type
-        if pa.types.is_date32(t):
-            col = X.cast(col, pa.timestamp("s"))
-        elif pa.types.is_date64(t):
-            col = X.cast(col, pa.timestamp("ms"))
-        per_s = {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[col.type.unit]
-        v = X.to_numpy(X.call("coalesce", X.cast(col, pa.int64()), X.scalar(0))).astype(np.int64)  # fill_null(0)
+        v = values(col) if pa.types.is_timestamp(t) else None
+        if v is None:
+            if pa.types.is_date32(t):
+                col = X.cast(col, pa.timestamp("s"))
+            elif pa.types.is_date64(t):
+                col = X.cast(col, pa.timestamp("ms"))
+            v = X.to_numpy(X.call("coalesce", X.cast(col, pa.int64()), X.scalar(0))).astype(np.int64)  # fill_null(0)
+        per_s = _PER_S[col.type.unit]
         sec, sub = np.divmod(v, np.int64(per_s))
         sub = sub * np.int64(10**9 // per_s)
         return _mix(_mix(sec.view(np.uint64)) ^ sub.view(np.uint64))

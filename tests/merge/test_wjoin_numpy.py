@@ -1,0 +1,138 @@
+"""The W-join's numpy paths (merge/wjoin_numpy.py) give what Arrow's kernels give: predicates,
+gathers, time columns and equality hashes; where they cannot, they step aside (None) and the
+Arrow path runs. A numeric W-join then never calls an Arrow kernel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from smerge.errors import InputError
+from smerge.merge import expr as X
+from smerge.merge import wjoin_numpy as N
+from smerge.merge.wjoin_hashing import hash_column
+
+SCHEMAS = [pa.schema([("i", pa.int64()), ("f", pa.float64())]), pa.schema([("i", pa.int64()), ("f", pa.float64())])]
+INTS = st.one_of(st.integers(-5, 5), st.sampled_from([2**62, -(2**63), 2**63 - 1, 2**31]))
+FLOATS = st.one_of(st.floats(-5, 5), st.sampled_from([float("nan"), float("inf"), -float("inf"), -0.0, 1e300]))
+
+
+def tree(depth: int):
+    """Predicates over S1/S2 columns i (int64) and f (float64): comparisons of arithmetic,
+    and/or/not, abs and unary minus, integer and float literals."""
+    num = st.one_of(st.sampled_from([X.Col(s, c, "num") for s in (0, 1) for c in ("i", "f")]),
+                    st.integers(-3, 3).map(lambda v: X.Lit(v, "num")),
+                    st.sampled_from([X.Lit(2.5, "num"), X.Lit(-0.0, "num"), X.Lit(2**62, "num")]))
+    if depth > 0:
+        sub = st.deferred(lambda: tree_num(depth - 1))
+        num = st.one_of(num, st.builds(X.Neg, sub), st.builds(X.Abs, sub),
+                        st.builds(X.Arith, st.sampled_from("+-*"), sub, sub))
+    cmp = st.builds(X.Cmp, st.sampled_from(["<", "<=", ">", ">=", "==", "!="]), num, num)
+    if depth == 0:
+        return cmp
+    sub = st.deferred(lambda: tree(depth - 1))
+    return st.one_of(cmp, st.builds(X.Not, sub),
+                     st.builds(lambda op, a, b: X.BoolOp(op, (a, b)), st.sampled_from(["and", "or"]), sub, sub))
+
+
+def tree_num(depth: int):
+    leaf = st.one_of(st.sampled_from([X.Col(s, c, "num") for s in (0, 1) for c in ("i", "f")]),
+                     st.integers(-3, 3).map(lambda v: X.Lit(v, "num")))
+    if depth == 0:
+        return leaf
+    sub = st.deferred(lambda: tree_num(depth - 1))
+    return st.one_of(leaf, st.builds(X.Neg, sub), st.builds(X.Arith, st.sampled_from("+-*"), sub, sub))
+
+
+def arrays(n):
+    return st.tuples(st.lists(INTS, min_size=n, max_size=n), st.lists(FLOATS, min_size=n, max_size=n))
+
+
+@settings(max_examples=300, deadline=None)
+@given(tree(2), st.integers(1, 8).flatmap(lambda n: st.tuples(arrays(n), arrays(n))))
+def test_numpy_predicates_equal_arrows(node, cols):
+    tabs = [pa.table({"i": pa.array(i, pa.int64()), "f": pa.array(f, pa.float64())}) for i, f in cols]
+    n = tabs[0].num_rows
+    try:
+        arrow = X.mask(node, lambda s, c: tabs[s].column(c), n)
+    except pa.ArrowInvalid:  # Arrow refuses int64 beyond 2^53 beside a float64; numpy rounds, as SQL does
+        assume(False)
+    numpy = N.mask_numpy(node, lambda s, c: N.values(tabs[s].column(c)), n)
+    assert numpy is not None
+    assert numpy.tolist() == arrow.tolist()
+
+
+@pytest.mark.parametrize("text", ["S1.f / S2.f > 1", "S1.i > S2.i or S1.s = 'a'", "S1.b", "S1.d > S2.d",
+                                  "S1.k > S2.k", "S1.i > 1"])
+def test_numpy_steps_aside_for_division_nulls_and_other_types(text):
+    sch = pa.schema([("i", pa.int64()), ("f", pa.float64()), ("s", pa.string()), ("b", pa.bool_()),
+                     ("d", pa.timestamp("us")), ("k", pa.int32())])
+    tab = pa.table({"i": pa.array([1, None], pa.int64()), "f": [1.0, 2.0], "s": ["a", "b"], "b": [True, False],
+                    "d": pa.array([1, 2], pa.timestamp("us")), "k": pa.array([1, 2], pa.int32())}, schema=sch)
+    node = X.parse_expr(text, ("S1", "S2"), [sch, sch])
+    assert N.mask_numpy(node, lambda s, c: N.values(tab.column(c)), 2) is None
+    X.mask(node, lambda s, c: tab.column(c), 2)  # the Arrow path takes it
+
+
+@pytest.mark.parametrize("arr", [
+    pa.array([3, -1, 7, 0], pa.int32()), pa.array([1.5, -0.0, float("nan"), 2.0], pa.float32()),
+    pa.array([1, 2, 3, 4], pa.timestamp("us", "UTC")), pa.array([1, 2, 3, 4], pa.date32()),
+    pa.array([5, 6, 7, 8], pa.duration("ms")), pa.array([1, 2, 3, 4], pa.uint64()),
+    pa.chunked_array([pa.array([1.0, 2.0]), pa.array([3.0, 4.0])]),
+    pa.array([1, None, 3, 4], pa.int64()), pa.array([True, False, True, None]), pa.array(["a", "b", "c", "d"]),
+])
+def test_take_equals_arrows(arr):
+    idx = np.array([3, 0, 0, 2], np.int64)
+    got = N.take(arr, idx)
+    want = X.call("take", arr, X.from_numpy(idx))
+    want = want.combine_chunks() if isinstance(want, pa.ChunkedArray) else want
+    assert isinstance(got, pa.Array) and got.type == arr.type
+    assert got.to_string() == want.to_string()  # NaN as NaN (equals() finds NaN unequal)
+    assert (N.values(arr) is None) == (arr.null_count > 0 or arr.type in (pa.bool_(), pa.string()))
+
+
+class _S:
+    name, time_col, rows_read = "S1", "t", 0
+
+
+@pytest.mark.parametrize("typ, kind", [
+    (pa.timestamp("s"), "datetime"), (pa.timestamp("ms"), "datetime_us"), (pa.timestamp("us", "UTC"), "datetime"),
+    (pa.timestamp("ns"), "datetime"), (pa.timestamp("us"), "datetime_us@us"), (pa.int32(), "int"),
+    (pa.int64(), "cf:noleap"), (pa.float32(), "float"), (pa.int16(), "float"),
+])
+def test_times_equal_arrows_cast(typ, kind):
+    col = pa.chunked_array([pa.array([-5, 0, 7, 30_000], typ)])
+    got = N.times(col, kind, _S())
+    assert N._times_numpy(col, kind, _S()) is not None  # the numpy path answered
+    want = N._times_arrow(col, kind, _S())
+    assert got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("v", [2**62, -(2**62)])
+def test_times_outside_the_nanosecond_range_are_refused_as_by_arrow(v):
+    col = pa.array([0, v], pa.timestamp("us"))
+    with pytest.raises(InputError, match="outside 1678-2262"):
+        N.times(col, "datetime", _S())
+    with pytest.raises(InputError, match="outside 1678-2262"):
+        N._times_arrow(col, "datetime", _S())
+
+
+def test_times_nan_is_an_input_error():
+    with pytest.raises(InputError, match="NaN at row 1"):
+        N.times(pa.array([1.0, float("nan")]), "float", _S())
+
+
+@pytest.mark.parametrize("arr, kind", [
+    (pa.array([1, -3, 2**53, 0], pa.int64()), "num"), (pa.array([1.5, -0.0, 0.0, float("nan")]), "num"),
+    (pa.array([7, 8, 9, 10], pa.uint8()), "num"), (pa.array([1, 2, 3, -4], pa.timestamp("ms")), "time"),
+    (pa.array([10**9, 0, -1, 5], pa.timestamp("ns", "UTC")), "time"),
+])
+def test_hashes_equal_the_arrow_paths(arr, kind):
+    """Hashed from numpy values, as from Arrow's casts: a numpy-hashed stream still meets an
+    Arrow-hashed one (a column with NULLs) on equal values."""
+    with_null = pa.concat_arrays([arr, pa.nulls(1, arr.type)])  # takes the Arrow path
+    assert N.values(arr) is not None and N.values(with_null) is None
+    assert hash_column(arr, kind).tolist() == hash_column(with_null, kind)[:len(arr)].tolist()
