@@ -389,7 +389,7 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         node = X.conjoin(conjs)
         m = N.mask_numpy(node, numpy_column, a_idx.shape[0])
         if m is None:
-            m = X.mask(node, lambda s, c: X.call("take", comb_tab[s].column(c), X.from_numpy(mem[s])), a_idx.shape[0])
+            m = X.mask(node, lambda s, c: N.take(comb_tab[s].column(c), mem[s]), a_idx.shape[0])
         keep(m)
 
     def numpy_column(s, c):
@@ -430,8 +430,8 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
             key = (i, j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = BucketIndex(hash_terms(comb_tab[j], [p[0] for p in probes]))
-            hp = hash_values([(X.call("take", comb_tab[cb.stream].column(cb.name), X.from_numpy(mem[cb.stream])), cj.kind)
-                               for cj, cb in probes], a_idx.shape[0])
+            hp = hash_values([(N.take(comb_tab[cb.stream].column(cb.name), mem[cb.stream]), cj.kind) for cj, cb in probes],
+                             a_idx.shape[0])
             parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
