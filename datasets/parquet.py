@@ -1,4 +1,4 @@
-"""Parquet backend (pyarrow.parquet): streamed by row groups in batches of bounded size."""
+"""Parquet backend (pyarrow's Parquet reader, datasets/parquet_io.py): streamed by row groups in batches of bounded size."""
 
 from __future__ import annotations
 
@@ -23,12 +23,11 @@ class ParquetBackend:
 
     def open(self, path: str, *, keys: Sequence[str] | None = None, variables: Sequence[str] | None = None,
              batch_rows: int = DEFAULT_BATCH_ROWS, decode_times: bool = False) -> InputSource:
-        import pyarrow.parquet as pq
-
+        from smerge.datasets.parquet_io import parquet_file
         from smerge.datasets.remote import open_file, source
 
         try:
-            pf = pq.ParquetFile(source(path))
+            pf = parquet_file(source(path))
         except (OSError, pa.ArrowException) as e:
             with open_file(path, "rb") as f:
                 head = f.read(4)
@@ -40,12 +39,14 @@ class ParquetBackend:
                                  "so the file is corrupt or truncated, or not Parquet despite its extension") from None
             raise InputError(f"{path}: not readable as Parquet ({e}); the file is truncated or corrupt") from None
         schema, columns, key_names = resolve_columns(path, pf.schema_arrow, keys, variables)
-        n = pf.metadata.num_rows
+        meta = pf.metadata
+        n = meta.num_rows
 
         # First row of every row group: a row range starts decoding at its first row group.
         group_starts = [0]
-        for i in range(pf.metadata.num_row_groups):
-            group_starts.append(group_starts[-1] + pf.metadata.row_group(i).num_rows)
+        for i in range(meta.num_row_groups):
+            group_starts.append(group_starts[-1] + meta.row_group(i).num_rows)
+        pf.close()
 
         def batches(start: int = 0, stop: int | None = None) -> Iterator[pa.RecordBatch]:
             try:
@@ -55,8 +56,8 @@ class ParquetBackend:
                 if not groups:
                     return
                 # pre_buffer=False: pyarrow 26 pre-buffers by default, which held a whole 8M-row file.
-                it = pq.ParquetFile(source(path), pre_buffer=False).iter_batches(batch_size=batch_rows, columns=columns,
-                                                                       row_groups=groups)
+                it = parquet_file(source(path), pre_buffer=False, columns=columns).iter_batches(
+                    batch_size=batch_rows, columns=columns, row_groups=groups)
                 base = group_starts[first]
                 yield from sliced(it, start - base, None if stop is None else stop - base, schema)
             except (OSError, pa.ArrowException) as e:

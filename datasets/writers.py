@@ -225,9 +225,9 @@ def parquet_options(schema: pa.Schema) -> dict:
 
 class _ParquetWriter:
     def __init__(self, path: str, schema: pa.Schema):
-        import pyarrow.parquet as pq
+        from smerge.datasets.parquet_io import parquet_writer
 
-        self._w = pq.ParquetWriter(path, schema, **parquet_options(schema))
+        self._w = parquet_writer(path, schema, **parquet_options(schema))
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._w.write_batch(batch)
