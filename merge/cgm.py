@@ -84,6 +84,9 @@ class _Side:
         self.all_rows: list[np.ndarray] | None = [] if collect_keys else None
         self._bufs = [(np.empty((0, d), np.float64), np.empty(0, np.int64)) for _ in range(2)]
         self._turn = 0
+        self._ids = [np.empty(0, np.int64) for _ in range(2)]  # row ids of a batch, in turn
+        self._ids_turn = 0
+        self._iota = np.empty(0, np.int64)  # 0, 1, 2, ...
 
     def pull(self, consumed: int) -> int:
         """Read one more batch into the pending records; returns the new pending offset (0)."""
@@ -104,7 +107,7 @@ class _Side:
             k = key_matrix(batch, self.keys)
         if bad is None:
             bad = nan_rows(k)
-        r = np.arange(self.next_row, self.next_row + n, dtype=np.int64)
+        r = self._row_ids(n)
         if bad.any():
             first_bad = int(np.argmax(bad))
             if self.params.nan_keys == "error":
@@ -124,6 +127,20 @@ class _Side:
         else:
             self.pend_k, self.pend_r = k, r
         return 0
+
+    def _row_ids(self, n: int) -> np.ndarray:
+        """The row ids of the next ``n`` records, in one of two buffers used in turn: the
+        pending records left over lie in the other one (or in a joined buffer), and a fresh array
+        per batch would cost page faults on every megabyte. Fresh when every key is collected."""
+        if self.all_rows is not None:
+            return np.arange(self.next_row, self.next_row + n, dtype=np.int64)
+        self._ids_turn ^= 1
+        buf = self._ids[self._ids_turn]
+        if buf.size < n:
+            buf = self._ids[self._ids_turn] = np.empty(max(n, 2 * buf.size), np.int64)
+        if self._iota.size < n:
+            self._iota = np.arange(buf.size, dtype=np.int64)
+        return np.add(self._iota[:n], self.next_row, out=buf[:n])
 
     def _joined(self, keep_k: np.ndarray, keep_r: np.ndarray, k: np.ndarray, r: np.ndarray):
         """The records left over followed by the batch's, in one of two buffers used in turn
@@ -247,6 +264,24 @@ def cgm_merge(
                 batch = batch.append_column(f"{side.name}_row", int64_array(np.array(rows, dtype=np.int64)))
             unmatched(side.name, batch)
 
+    pair_bufs = [(np.empty(0, np.int64), np.empty(0, np.int64)) for _ in range(2)]
+    pair_turn = 0
+
+    def pair_rows(npairs: int) -> tuple[np.ndarray, np.ndarray]:
+        """A copy of the pairs' row ids for the gather thread: in one of two buffer pairs used in
+        turn (the gather of the flush before the last one has ended by now: its result was
+        collected), fresh with ids (they become output columns, written later)."""
+        nonlocal pair_turn
+        if params.with_ids:
+            return pairs_a[:npairs].copy(), pairs_b[:npairs].copy()
+        pair_turn ^= 1
+        ba, bb = pair_bufs[pair_turn]
+        if ba.size < npairs:
+            ba, bb = pair_bufs[pair_turn] = (np.empty(cap, np.int64), np.empty(cap, np.int64))
+        np.copyto(ba[:npairs], pairs_a[:npairs])
+        np.copyto(bb[:npairs], pairs_b[:npairs])
+        return ba[:npairs], bb[:npairs]
+
     def flush() -> _Gather | None:
         """Gather pairs (in a thread: the result is collected at the next flush) and unmatched
         records found so far; release rows no longer needed."""
@@ -257,7 +292,7 @@ def cgm_merge(
         stats.b_unmatched += neb
         out = None
         if npairs:
-            ra, rb = pairs_a[:npairs].copy(), pairs_b[:npairs].copy()
+            ra, rb = pair_rows(npairs)
             va, vb = A.store.frozen(), B.store.frozen()
             out = _Gather(lambda: pair_batch(out_schema, va.take(ra), vb.take(rb),
                                              ra if params.with_ids else None, rb if params.with_ids else None))

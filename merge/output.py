@@ -90,7 +90,9 @@ def _numpy_take(batches: Sequence[pa.RecordBatch], pos: np.ndarray) -> pa.Record
     cols = []
     for c, field in enumerate(schema):
         dtype = np.dtype(field.type.to_pandas_dtype())
-        out = np.empty(pos.size, dtype)
+        # Arrow's memory (its pool reuses the pages of batches written and freed, in any thread)
+        buf = pa.allocate_buffer(pos.size * dtype.itemsize)
+        out = np.frombuffer(buf, dtype)
         for b, (at, local) in zip(batches, parts):
             col = b.column(c)
             values = np.frombuffer(col.buffers()[1], dtype=dtype, count=col.offset + len(col))[col.offset:]
@@ -98,7 +100,7 @@ def _numpy_take(batches: Sequence[pa.RecordBatch], pos: np.ndarray) -> pa.Record
                 values.take(local, out=out)
             else:
                 out[at] = values.take(local)
-        cols.append(pa.Array.from_buffers(field.type, out.size, [None, pa.py_buffer(out)]))
+        cols.append(pa.Array.from_buffers(field.type, out.size, [None, buf]))
     return pa.RecordBatch.from_arrays(cols, schema=schema)
 
 
