@@ -42,7 +42,7 @@ from smerge.merge import wjoin_numpy as N
 from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
                                         range_probe)
 from smerge.merge.stats import BoundedSeries
-from smerge.merge.wjoin_chunks import cap_takes, joined
+from smerge.merge.wjoin_chunks import OutputBatch, cap_takes
 from smerge.merge.wjoin_hashing import hash_terms, hash_values
 from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_plan import Plan, make_plan
@@ -154,7 +154,7 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
                               or (frontier is not None and s.pend_t[-1] <= frontier)):
             load(s, i)
 
-    ready: list[pa.RecordBatch] = []  # output of the chunks so far, less than output_rows tuples
+    sink = OutputBatch(plan.out_schema, output_rows)  # the output batch being filled
     for i, s in enumerate(st):  # prime every stream
         top_up(s, i, None)
     while True:
@@ -174,12 +174,10 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             held = s.buf_t.shape[0] + s.pend_t.shape[0]
             stats.peak_held[i] = max(stats.peak_held[i], held)
         if sum(takes):
-            out = _chunk(plan, st, takes, latest, neg, pos, stats, output_rows, trace, block)
-            for b in out:  # pieces that never straddle a multiple of output_rows tuples
-                stats.tuples += b.num_rows
-                ready.append(b)
-                if stats.tuples % output_rows == 0:
-                    yield joined(ready)
+            for k in _chunk(plan, st, takes, latest, neg, pos, stats, sink, trace, block):
+                stats.tuples += k  # a piece never straddles a multiple of output_rows tuples
+                if sink.n == output_rows:
+                    yield sink.flush()
             stats.timeline.append([sum(s.rows_read for s in st), stats.tuples] + [s.buf_t.shape[0] for s in st])
         if capped is not None:
             continue  # the rest of the arrivals up to the frontier first
@@ -187,17 +185,19 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
             break
         for i, s in enumerate(st):
             top_up(s, i, frontier)
-    if ready:
-        yield joined(ready)
+    if sink.n:
+        yield sink.flush()
     for i, s in enumerate(st):
         stats.records_read[i] = s.rows_read
     stats.join_seconds += time.perf_counter() - t_start
 
 
 def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, neg, pos, stats: WJoinStats,
-           output_rows: int, trace: list | None = None, block: list | None = None) -> Iterator[pa.RecordBatch]:
-    """The output of one chunk of arrivals, block by block; the buffers and the purge pointers
-    are updated when the generator is exhausted (the caller drains it before the next chunk)."""
+           sink: OutputBatch, trace: list | None = None, block: list | None = None) -> Iterator[int]:
+    """The output of one chunk of arrivals, block by block, gathered into ``sink`` piece by
+    piece (yields each piece's tuples; the caller flushes a full ``sink`` before the next); the
+    buffers and the purge pointers are updated when the generator is exhausted (the caller
+    drains it before the next chunk)."""
     n = plan.n
     stats.chunks += 1
     comb_tab, comb_t, comb_h, comb_row, base = [], [], [], [], np.zeros(n, np.int64)
@@ -271,20 +271,22 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         for j in range(n):
             members[j] = members[j][o]
         del o
-        # Gathered one piece at a time (the block's tuples are held as row numbers only), cut at
-        # every multiple of output_rows tuples of the whole output (``stats.tuples``: the caller
-        # counts each piece before the next is formed).
+        # Gathered one piece at a time (the block's tuples are held as row numbers only), cut
+        # where the output batch is full.
         r0, total = 0, members[0].shape[0]
         while r0 < total:
-            r1 = min(total, r0 + output_rows - stats.tuples % output_rows)
-            cols = []
+            r1 = min(total, r0 + sink.rows - sink.n)
+            c = 0
             for j in range(n):
-                for c, _ in plan.out_names[j]:
-                    cols.append(N.take(comb_tab[j].column(c), members[j][r0:r1]))
+                for name, _ in plan.out_names[j]:
+                    sink.put(c, comb_tab[j].column(name), members[j][r0:r1])
+                    c += 1
             for j in range(len(plan.id_names)):
-                cols.append(X.from_numpy(comb_row[j][members[j][r0:r1]]))
+                sink.put(c, comb_row[j], members[j][r0:r1])
+                c += 1
+            sink.advance(r1 - r0)
+            yield r1 - r0
             r0 = r1
-            yield pa.RecordBatch.from_arrays(cols, schema=plan.out_schema)
     # purge rule, replayed arrival by arrival
     offsets = np.zeros(n + 1, np.int64)
     offsets[1:] = np.cumsum([c.shape[0] for c in comb_t])

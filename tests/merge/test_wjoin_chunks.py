@@ -104,3 +104,29 @@ def test_every_stream_brings_about_a_batch_to_each_chunk():
     assert max(stats.peak_held) < max(stats.peak_buffered) + 2 * batch
     whole = table(batches(tabs, p, rows, 65536))
     assert ids(out, n) == ids(whole, n)
+
+
+@pytest.mark.parametrize("rows, first", [(5, 1 << 20), (7, 1 << 20), (6, 1)])
+def test_output_batch_gathers_pieces_with_and_without_nulls(rows, first):
+    """Pieces gathered straight into the batch's buffers, a column that meets NULLs (or strings)
+    part-way continuing as Arrow pieces, row ids from numpy: the same batch as gathering each piece
+    and concatenating (``first`` below the tuples: the buffers grow)."""
+    from smerge.merge.wjoin_chunks import OutputBatch
+
+    schema = pa.schema([("x", pa.float64()), ("t", pa.timestamp("us", "UTC")), ("s", pa.string()), ("id", pa.int64())])
+    sink = OutputBatch(schema, rows, first)
+    pieces = [(pa.array([1.5, 2.5, 3.5]), pa.array([1, 2, 3], pa.timestamp("us", "UTC")), pa.array(["a", "b", "c"]),
+               np.array([0, 2])),
+              (pa.array([None, 9.0]), pa.array([7, None], pa.timestamp("us", "UTC")), pa.array(["d", None]),
+               np.array([1, 0, 1]))]
+    want = []
+    for x, t, s, idx in pieces:
+        ids = np.arange(10, 10 + len(x), dtype=np.int64)
+        for c, col in enumerate((x, t, s, ids)):
+            sink.put(c, col, idx)
+        sink.advance(idx.shape[0])
+        want.append(pa.RecordBatch.from_arrays([x.take(pa.array(idx)), t.take(pa.array(idx)), s.take(pa.array(idx)),
+                                                pa.array(ids[idx])], schema=schema))
+    got = sink.flush()
+    assert sink.n == 0 and got.num_rows == 5
+    assert got.equals(pa.concat_batches(want))
