@@ -249,6 +249,10 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
                               can_split=a1 - a0 > 1)
                 if res is not None:
                     groups.append(res)
+                if not todo:  # the chunk's last block: stream i's hash chains are done with
+                    for d in (buckets, pair_buckets):
+                        for key in [k for k in d if k[0] == i]:
+                            del d[key]
         except _Split as e:
             # Blocks sized from what this one would have formed; the hash chains restart once
             # (later blocks come later in arrival order and extend them).
