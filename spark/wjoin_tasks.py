@@ -16,7 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, SmergeError
-from smerge.merge.wjoin import _times, wjoin
+from smerge.merge.wjoin import wjoin
+from smerge.merge.wjoin_numpy import times as _times
 from smerge.merge.wjoin_hashing import hash_terms
 from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_plan import make_plan
