@@ -81,9 +81,9 @@ class _Stream:
         self.batch_rows = 0  # the largest input batch so far: the read-ahead kept past a chunk
         self.last_t = None
         empty_t = np.empty(0, dtype)
-        self.pend = schema.empty_table()
+        self.pend = pa.Table.from_batches([], schema=schema)  # schema.empty_table() imports pandas
         self.pend_t, self.pend_h, self.pend_row = empty_t, np.empty(0, np.uint64), np.empty(0, np.int64)
-        self.buf = schema.empty_table()
+        self.buf = self.pend
         self.buf_t, self.buf_h, self.buf_row = empty_t, np.empty(0, np.uint64), np.empty(0, np.int64)
 
 

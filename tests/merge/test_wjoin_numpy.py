@@ -136,3 +136,28 @@ def test_hashes_equal_the_arrow_paths(arr, kind):
     with_null = pa.concat_arrays([arr, pa.nulls(1, arr.type)])  # takes the Arrow path
     assert N.values(arr) is not None and N.values(with_null) is None
     assert hash_column(arr, kind).tolist() == hash_column(with_null, kind)[:len(arr)].tolist()
+
+
+def test_a_numeric_wjoin_loads_neither_arrow_kernels_nor_pandas():
+    """In a fresh process (as a Spark task or a library caller runs it, without the command line's
+    guard against pandas), a W-join of numeric columns without NULLs imports neither Arrow's
+    compute kernels (~9 MB, ~10 ms) nor pandas (~50 MB, ~0.5 s: ``Schema.empty_table`` imported it)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, numpy as np, pyarrow as pa
+from smerge.merge import expr as X
+from smerge.merge.wjoin import wjoin
+from smerge.merge.wjoin_params import WJoinParams
+f64 = lambda a: pa.Array.from_buffers(pa.float64(), len(a), [None, pa.py_buffer(np.ascontiguousarray(a, np.float64))])
+rng = np.random.default_rng(1)
+t = [pa.Table.from_arrays([X.from_numpy(np.arange(300)), X.from_numpy(np.arange(300) % 5), f64(rng.random(300))],
+                          names=["t", "k", "v"]) for _ in range(3)]
+p = WJoinParams(3, ("t",), window=6, on=("k",), where="S1.v > S2.v + 0.1 and abs(S2.v - S3.v) < 0.5", with_ids=True)
+n = sum(b.num_rows for b in wjoin([x.to_batches(max_chunksize=64) for x in t], [x.schema for x in t], p))
+assert n > 0, n
+print(sorted(m for m in sys.modules if m.startswith(("pandas", "pyarrow._compute", "pyarrow.compute"))))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
