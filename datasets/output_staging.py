@@ -16,7 +16,6 @@ import contextlib
 import hashlib
 import os
 import re
-import secrets
 import shutil
 import socket
 from functools import lru_cache
@@ -101,7 +100,7 @@ def temp_name(target: str, kind: str = "tmp", suffix: str = "") -> str:
     """A hidden owner-tagged path beside ``target``: ``.<name>.smerge-<kind>-<host>-<pid>-<rand>``."""
     assert kind in TEMP_KINDS
     target = os.path.abspath(target.rstrip("/" + os.sep) or target)
-    name = f".{os.path.basename(target)}.smerge-{kind}-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}{suffix}"
+    name = f".{os.path.basename(target)}.smerge-{kind}-{host_tag()}-{os.getpid()}-{os.urandom(4).hex()}{suffix}"
     return os.path.join(os.path.dirname(target), name)
 
 
