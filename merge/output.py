@@ -67,50 +67,36 @@ def _take(data, pos: np.ndarray):
     return _TAKE.call([data, int64_array(pos)])
 
 
-def _numpy_take(batches: Sequence[pa.RecordBatch], pos: np.ndarray) -> pa.RecordBatch | None:
-    """The rows at ``pos`` of ``batches`` taken as one (positions count on from one batch to
-    the next), by numpy, when every column is a fixed-width number without nulls (the usual
-    payload of gridded data); else None. As fast as Arrow's take, and a process that needs
-    nothing else of Arrow's compute functions does not load them (~12 ms)."""
-    schema = batches[0].schema
-    for b in batches:
-        for col in b.columns:
-            t = col.type
-            if col.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-                return None
-    if len(batches) == 1:
-        parts = [(None, pos)]
-    else:  # which batch each position falls in, and its position there
-        ends = np.cumsum([b.num_rows for b in batches])
-        seg = np.searchsorted(ends, pos, side="right")
-        parts = []
-        for k in range(len(batches)):
-            at = np.flatnonzero(seg == k)
-            parts.append((at, pos[at] - (ends[k - 1] if k else 0)))
+def _numpy_take(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch | None:
+    """``batch.take(pos)`` by numpy when every column is a fixed-width number without nulls
+    (the usual payload of gridded data), else None: as fast as Arrow's take on one batch, and a
+    process that needs nothing else of Arrow's compute functions does not load them (~12 ms).
+    Positions are checked once, then every column is gathered without a check per element."""
+    for col in batch.columns:
+        t = col.type
+        if col.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+            return None
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= batch.num_rows):
+        raise IndexError(f"row positions {int(pos.min())}..{int(pos.max())} outside a batch of {batch.num_rows}")
     cols = []
-    for c, field in enumerate(schema):
-        dtype = np.dtype(field.type.to_pandas_dtype())
+    for col in batch.columns:
+        dtype = np.dtype(col.type.to_pandas_dtype())
         # Arrow's memory (its pool reuses the pages of batches written and freed, in any thread)
         buf = pa.allocate_buffer(pos.size * dtype.itemsize)
-        out = np.frombuffer(buf, dtype)
-        for b, (at, local) in zip(batches, parts):
-            col = b.column(c)
-            values = np.frombuffer(col.buffers()[1], dtype=dtype, count=col.offset + len(col))[col.offset:]
-            if at is None:
-                values.take(local, out=out)
-            else:
-                out[at] = values.take(local)
-        cols.append(pa.Array.from_buffers(field.type, out.size, [None, buf]))
-    return pa.RecordBatch.from_arrays(cols, schema=schema)
+        values = np.frombuffer(col.buffers()[1], dtype=dtype, count=col.offset + len(col))[col.offset:]
+        values.take(pos, out=np.frombuffer(buf, dtype), mode="clip")
+        cols.append(pa.Array.from_buffers(col.type, pos.size, [None, buf]))
+    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 
 def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
     """``batch.take(pos)``: a zero-copy slice for a consecutive run, else numpy's or Arrow's take
-    (both release the GIL)."""
+    (both release the GIL). Rows of several batches are taken by Arrow (``RowStore.take``): numpy
+    would gather and scatter batch by batch, at twice the time."""
     n = pos.size
     if n and int(pos[-1]) - int(pos[0]) == n - 1 and (n == 1 or bool((np.diff(pos) == 1).all())):
         return batch.slice(int(pos[0]), n)
-    taken = _numpy_take([batch], pos)
+    taken = _numpy_take(batch, pos)
     return taken if taken is not None else _take(batch, pos)
 
 
@@ -165,7 +151,8 @@ class RowStore:
             pos = rows - run[0][0]
             if len(run) == 1:
                 return _gather(run[0][2], pos)
-            return self._take_from([b for _, _, b in run], pos)
+            table = pa.Table.from_batches([b for _, _, b in run], schema=self.schema)
+            return _one_batch(_take(table, pos), self.schema)
         firsts = np.array([s[0] for s in self._segs], dtype=np.int64)
         seg_of = np.searchsorted(firsts, rows, side="right") - 1
         offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
@@ -180,14 +167,8 @@ class RowStore:
                 pos[sel] = offsets[s] + np.searchsorted(ids, rows[sel])
         if hi - lo == 1:
             return _gather(self._segs[lo][2], pos - offsets[lo])
-        return self._take_from([s[2] for s in self._segs[lo:hi]], pos - offsets[lo])
-
-    def _take_from(self, batches: list[pa.RecordBatch], pos: np.ndarray) -> pa.RecordBatch:
-        """Rows at ``pos`` of ``batches`` taken as one (positions count on across them)."""
-        taken = _numpy_take(batches, pos)
-        if taken is not None:
-            return taken
-        return _one_batch(_take(pa.Table.from_batches(batches, schema=self.schema), pos), self.schema)
+        table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
+        return _one_batch(_take(table, pos - offsets[lo]), self.schema)
 
     def release(self, live_rows: np.ndarray, next_row: int) -> None:
         """Drop rows that are not live: ``live_rows`` (any order) plus every row >= ``next_row``.

@@ -69,3 +69,36 @@ def test_take_after_compaction():
     assert store.take(rows).to_pydict() == expected(rows)
     assert store.take(live[::-1]).to_pydict() == expected(live[::-1])
     assert store.take(np.arange(9500, 9600)).to_pydict() == expected(range(9500, 9600))
+
+
+NUMERIC = pa.schema([("k", pa.float64()), ("v", pa.float32()), ("i", pa.int16()), ("u", pa.uint64())])
+
+
+@settings(max_examples=60)
+@given(n=st.integers(1, 400), offset=st.integers(0, 5), data=st.data())
+def test_numpy_gather_equals_arrows_take(n, offset, data):
+    """Fixed-width numbers without nulls are gathered by numpy (no Arrow compute functions):
+    the same batch as Arrow's take, on sliced batches too; a position outside the batch is
+    refused, never clamped."""
+    from smerge.merge.output import _numpy_take
+
+    r = np.arange(n + offset)
+    b = pa.RecordBatch.from_arrays([pa.array(r * 0.25), pa.array((r % 9).astype("f4")), pa.array((r % 300).astype("i2")),
+                                    pa.array(r.astype("u8") * 3)], schema=NUMERIC).slice(offset, n)
+    pos = np.array(data.draw(st.lists(st.integers(0, n - 1), max_size=80)), np.int64)
+    got = _numpy_take(b, pos)
+    assert got.equals(b.take(pa.array(pos, pa.int64())))
+    with pytest.raises(IndexError):
+        _numpy_take(b, np.array([0, n], np.int64))
+    with pytest.raises(IndexError):
+        _numpy_take(b, np.array([-1], np.int64))
+
+
+def test_numpy_gather_steps_aside_for_nulls_and_strings():
+    from smerge.merge.output import _numpy_take
+
+    assert _numpy_take(pa.record_batch({"x": pa.array([1.0, None])}), np.array([1], np.int64)) is None
+    assert _numpy_take(pa.record_batch({"s": ["a", "b"]}), np.array([1], np.int64)) is None
+    store = RowStore(pa.schema([("x", pa.float64())]))
+    store.append(pa.record_batch({"x": pa.array([1.0, None, 3.0])}), 0)
+    assert store.take(np.array([2, 1, 0])).column(0).to_pylist() == [3.0, None, 1.0]
