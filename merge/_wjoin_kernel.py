@@ -159,7 +159,7 @@ class BucketIndex:
         self.hashes = np.ascontiguousarray(hashes, np.uint64)
         # The chains persist between calls whose probes come later in arrival order (blocks of
         # one arriving stream): records already inserted are not inserted again.
-        self._slot_h = np.zeros(cap, np.uint64)
+        self._slot_h = np.empty(cap, np.uint64)  # read only where _slot_head is set: no pages touched before
         self._slot_head = np.full(cap, -1, np.int64)
         self._prv = np.empty(n, np.int64)
         self._inserted = 0
