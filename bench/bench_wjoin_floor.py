@@ -1,0 +1,85 @@
+"""The least any smerge W-join process must do, beside DuckDB's whole run (issue 25, item 1).
+
+For each shape of bench/bench_wjoin_duckdb.py, three processes alternate: `smerge wjoin` as in
+that bench; DuckDB's `COPY (SELECT ...) TO` (2 threads); and the *floor*: a Python process that
+imports what smerge's data path is built on (numpy and pyarrow), reads every input file in
+batches with pyarrow's Parquet reader and writes an empty Parquet file with the output's
+columns, and nothing else: no join, no command line. Any W-join in this process model costs at
+least the floor. Where the floor's time or peak memory is already at or above DuckDB's whole
+run, no smerge W-join can meet "at least DuckDB's throughput, at most its memory" on that shape.
+Medians of the per-round values (`/usr/bin/time` for peak RSS); every child under RLIMIT_AS.
+
+Usage: .venv/bin/python bench/bench_wjoin_floor.py [--rounds 7] [--only NAME,..]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402 - bench/common.py
+from bench_wjoin_duckdb import SHAPES, WORK, duckdb_sql, inputs, run_child, smerge_cmd  # noqa: E402
+
+FLOOR = """
+import sys
+import numpy, pyarrow as pa
+from pyarrow._parquet import ParquetReader, ParquetWriter
+fields = []
+for i, path in enumerate(sys.argv[2:]):
+    f = pa.OSFile(path, "rb")
+    r = ParquetReader()
+    r.open(f, pre_buffer=False)
+    fields += [pa.field(f"S{i + 1}_{x.name}", x.type) for x in r.schema_arrow]
+    for b in r.iter_batches(8192, row_groups=range(r.metadata.num_row_groups), column_indices=None, use_threads=False):
+        pass
+    f.close()
+out = pa.OSFile(sys.argv[1], "wb")
+w = ParquetWriter(out, pa.schema(fields), writer_engine_version="V2")
+w.close()
+out.close()
+"""
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--only", default=None)
+    a = ap.parse_args(argv)
+    only = set(a.only.split(",")) if a.only else None
+    prefix = [common.SMERGE]
+    print("| shape | floor s | smerge s | DuckDB s | floor / DuckDB time | floor MB | smerge MB | DuckDB MB | load |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for sh in SHAPES:
+        if only is not None and sh.name not in only:
+            continue
+        paths = inputs(sh)
+        cmds = {"floor": [common.PYTHON, "-c", FLOOR, str(WORK / "floor_out.parquet"), *map(str, paths)],
+                "smerge": smerge_cmd(prefix, sh, paths, WORK / "smerge_out.parquet"),
+                "duckdb": [common.PYTHON, "-c", f"import duckdb; duckdb.connect().execute({duckdb_sql(sh, paths, WORK / 'duckdb_out.parquet')!r})"]}
+        for c in cmds.values():
+            run_child(c)  # untimed: inputs in the page cache, bytecode written
+        t = {k: [] for k in cmds}
+        m = {k: [] for k in cmds}
+        loads = [os.getloadavg()[0]]
+        rounds = max(3, a.rounds // 2) if sh.large else a.rounds
+        for r in range(rounds):
+            names = list(cmds) if r % 2 == 0 else list(cmds)[::-1]
+            for k in names:
+                w, mb = run_child(cmds[k])
+                t[k].append(w)
+                m[k].append(mb)
+            loads.append(os.getloadavg()[0])
+        med = {k: statistics.median(v) for k, v in t.items()}
+        mem = {k: statistics.median(v) for k, v in m.items()}
+        ratio = statistics.median(x / y for x, y in zip(t["floor"], t["duckdb"]))
+        print(f"| {sh.name} | {med['floor']:.2f} | {med['smerge']:.2f} | {med['duckdb']:.2f} | {ratio:.2f} | "
+              f"{mem['floor']:.0f} | {mem['smerge']:.0f} | {mem['duckdb']:.0f} | {statistics.median(loads):.1f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
