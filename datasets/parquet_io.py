@@ -26,7 +26,10 @@ class _LocalParquetFile:
         self._file = pa.OSFile(path, "rb")
         try:
             self.reader = ParquetReader()
-            self.reader.open(self._file, pre_buffer=pre_buffer)
+            try:  # Arrow's extension types (UUID, JSON, ...) as pyarrow.parquet reads them
+                self.reader.open(self._file, pre_buffer=pre_buffer, arrow_extensions_enabled=True)
+            except TypeError:  # an older pyarrow: no such option (pyarrow.parquet has none either)
+                self.reader.open(self._file, pre_buffer=pre_buffer)
         except BaseException:
             self._file.close()
             raise

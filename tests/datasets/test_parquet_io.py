@@ -111,3 +111,20 @@ def test_a_local_merge_does_not_import_pyarrow_parquet(tmp_path):
     assert json.loads(r.stdout.splitlines()[-1]) == {"rc": 0, "pyarrow.parquet": False, "pyarrow.fs": False}
     out = pq.read_table(tmp_path / "o.parquet")
     assert out.num_rows == 3000 and out.column("w").to_pylist() == list(range(3000))
+
+
+def test_extension_types_without_an_arrow_schema_read_as_pyarrow_parquet_reads_them(tmp_path):
+    """A file written without the Arrow schema (as DuckDB, Spark and parquet-mr write them): its
+    UUID and JSON columns are read as Arrow's extension types, as pyarrow.parquet reads them."""
+    import uuid
+
+    path = str(tmp_path / "x.parquet")
+    table = pa.table({"k": [0.0, 1.0],
+                      "u": pa.array([uuid.UUID(int=i).bytes for i in range(2)], pa.uuid()),
+                      "j": pa.array(['{"i": 0}', '{"i": 1}'], pa.json_())})
+    pq.write_table(table, path, store_schema=False)
+    ours, theirs = parquet_file(path), pq.ParquetFile(path)
+    assert isinstance(ours, _LocalParquetFile)
+    assert ours.schema_arrow.equals(theirs.schema_arrow)
+    assert [str(f.type) for f in ours.schema_arrow] == [str(f.type) for f in table.schema]
+    assert _batches(ours, batch_size=10).equals(_batches(theirs, batch_size=10))
