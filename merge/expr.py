@@ -46,11 +46,11 @@ def call(name: str, *args, options=None):
     return f.call(list(args), options)
 
 
-def cast(x, t: pa.DataType):
-    """``pyarrow.compute.cast(x, t)`` (a safe cast) without importing ``pyarrow.compute``."""
+def cast(x, t: pa.DataType, *, safe: bool = True):
+    """``pyarrow.compute.cast(x, t, safe=safe)`` without importing ``pyarrow.compute``."""
     from pyarrow._compute import CastOptions
 
-    return call("cast", x, options=CastOptions.safe(t))
+    return call("cast", x, options=CastOptions.safe(t) if safe else CastOptions.unsafe(t))
 
 
 class ExprError(UsageError):

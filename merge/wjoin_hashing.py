@@ -15,10 +15,11 @@ from smerge.merge.wjoin_numpy import _PER_S, one_chunk, values
 def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
     """A 64-bit hash per value such that equal values (SQL '=') hash equal across streams."""
     if kind in ("num", "bool"):
+        # As float64: an integer beyond 2**53 rounds (equal integers still hash equal; the
+        # equality check after the probe tells apart the ones that round alike)
         v = values(col)
-        if v is None or v.dtype.itemsize == 8 and v.dtype.kind in "iu" and v.shape[0] and (
-                int(v.max()) > 2**53 or int(v.min()) < -(2**53)):
-            v = X.to_numpy(X.cast(col, pa.float64()))  # Arrow's cast: NULLs, or integers a float64 does not hold
+        if v is None:  # NULLs: Arrow's cast
+            v = X.to_numpy(X.cast(col, pa.float64(), safe=False))
         v = v.astype(np.float64, copy=False)
         v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
         return _mix(v.view(np.uint64))
