@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import pyarrow as pa
 
-from smerge.errors import UsageError, param
+from smerge.errors import InputError, UsageError, param
 
 CMP_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 ARITH_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -363,7 +363,7 @@ def evaluate(node: Node, column: Callable[[int, str], pa.Array], length: int) ->
             return call("divide", left, den)
         return call(_PC_ARITH[node.op], left, right)
     if isinstance(node, Cmp):
-        left, right = evaluate(node.left, column, length), evaluate(node.right, column, length)
+        left, right = _same_time_type(evaluate(node.left, column, length), evaluate(node.right, column, length))
         return call(_PC_CMP[node.op], left, right)
     if isinstance(node, Not):
         return call("invert", evaluate(node.x, column, length))
@@ -373,6 +373,24 @@ def evaluate(node: Node, column: Callable[[int, str], pa.Array], length: int) ->
     for v in vals[1:]:
         acc = call(fn, acc, v)
     return acc
+
+
+_UNITS = ("s", "ms", "us", "ns")
+
+
+def _same_time_type(left, right):
+    """Two timestamp operands of different units and zones (Arrow compares one difference, not
+    both) as the finer unit, as instants (UTC; a naive time is UTC); other operands as given."""
+    lt, rt = left.type, right.type
+    if not (pa.types.is_timestamp(lt) and pa.types.is_timestamp(rt)) or lt == rt:
+        return left, right
+    unit = max(lt.unit, rt.unit, key=_UNITS.index)
+    to = pa.timestamp(unit, "UTC" if lt.tz or rt.tz else None)
+    try:
+        return cast(left, to), cast(right, to)
+    except pa.ArrowInvalid as e:
+        raise InputError(f"cannot compare times of {lt} with {rt}: {e}; the times lie outside what "
+                         f"{unit} units hold (1678-2262 in nanoseconds)") from None
 
 
 def scalar(v) -> pa.Scalar:

@@ -240,3 +240,34 @@ def test_integer_keys_beyond_two_to_the_53(how, nulls):
     out = pa.Table.from_batches(list(wjoin([s1.to_batches(), s2.to_batches()], [s1.schema, s2.schema], params)))
     got = sorted(tuple(r.values()) for r in out.to_pylist())
     assert got == [(0, big + 1, 0, big + 1), (0, big + 1, 1, big + 1), (1, big, 2, big)]
+
+
+@pytest.mark.parametrize("naive", [False, True])
+@pytest.mark.parametrize("op,want", [("=", [(0, 0), (1, 1), (2, 2)]), ("<", [(0, 1), (0, 2), (1, 2)])])
+def test_times_of_other_units_and_zones_compare_as_instants(naive, op, want):
+    """`S1.ev op S2.ev` with microseconds in UTC (or naive: UTC) against nanoseconds in Tokyo:
+    compared as instants (Arrow alone has no kernel when unit and zone both differ)."""
+    from smerge.merge.wjoin import wjoin
+    from smerge.merge.wjoin_params import WJoinParams
+
+    hours = np.array([0, 1, 2], dtype="datetime64[h]")
+    ev1 = pa.array(hours.astype("datetime64[us]"))
+    ev1 = ev1 if naive else ev1.cast(pa.timestamp("us", "UTC"))
+    ev2 = pa.array(hours.astype("datetime64[ns]")).cast(pa.timestamp("ns", "Asia/Tokyo"))
+    t = pa.array([0, 1, 2], pa.int64())
+    s1, s2 = pa.table({"t": t, "ev": ev1, "i": [0, 1, 2]}), pa.table({"t": t, "ev": ev2, "j": [0, 1, 2]})
+    params = WJoinParams(n_streams=2, time=("t",), window=5, where=f"S1.ev {op} S2.ev")
+    out = pa.Table.from_batches(list(wjoin([s1.to_batches(), s2.to_batches()], [s1.schema, s2.schema], params)))
+    assert sorted(zip(out.column("S1_i").to_pylist(), out.column("S2_j").to_pylist())) == want
+
+
+def test_times_beyond_nanoseconds_against_nanoseconds_are_an_input_error():
+    from smerge.merge.wjoin import wjoin
+    from smerge.merge.wjoin_params import WJoinParams
+
+    t = pa.array([0], pa.int64())
+    s1 = pa.table({"t": t, "ev": pa.array(np.array(["3000-01-01"], "datetime64[us]")).cast(pa.timestamp("us", "UTC"))})
+    s2 = pa.table({"t": t, "ev": pa.array(np.array([0], "datetime64[ns]")).cast(pa.timestamp("ns", "Asia/Tokyo"))})
+    params = WJoinParams(n_streams=2, time=("t",), window=5, where="S1.ev < S2.ev")
+    with pytest.raises(InputError, match="cannot compare times"):
+        list(wjoin([s1.to_batches(), s2.to_batches()], [s1.schema, s2.schema], params))
