@@ -134,7 +134,7 @@ class BIndex:
                        f"indexing {src.path} ({src.num_rows:,} records, held whole with their R-tree)",
                        "merge it with smerge cgm, which streams, or index a subset")
         batches = list(src.batches())
-        table = pa.Table.from_batches(batches, schema=src.schema) if batches else src.schema.empty_table()
+        table = pa.Table.from_batches(batches, schema=src.schema)  # also with no batch (empty_table() imports pandas)
         nm = name or os.path.splitext(os.path.basename(str(src.path).rstrip("/")))[0] or "b"
         return cls.build(table, src.keys, name=nm, nan_keys=nan_keys, directory=directory, source=src.path,
                          tree=tree)

@@ -324,7 +324,7 @@ class ParquetJoin:
             import pyarrow.parquet as pq
 
             self._reset()
-            pq.write_table(schema.empty_table(), self.out_path)
+            pq.write_table(pa.Table.from_batches([], schema=schema), self.out_path)  # empty_table() imports pandas
             return 0
         out = self._f
         try:

@@ -189,7 +189,7 @@ def read_aggregate(directory: str, name: str) -> pa.Table:
 
 
 def _empty_aggregate(man: Manifest, spec: dict) -> pa.Table:
-    empty = man.schema.empty_table()
+    empty = pa.Table.from_batches([], schema=man.schema)  # Schema.empty_table() imports pandas
     return aggregate_table(empty, man.time, spec)
 
 
