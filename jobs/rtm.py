@@ -31,7 +31,8 @@ from smerge.errors import UsageError, param
 from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
-from smerge.merge.output import int64_array, pair_schema
+from smerge.merge.arrays import int64_array
+from smerge.merge.output import pair_schema
 from smerge.merge.params import DEFAULT_DELTA_WINDOWS, DEFAULT_WINDOW_SIZE, MergeKeys, resolve_eps
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats

@@ -22,7 +22,8 @@ from smerge.merge import _kernel
 from smerge.merge.adapt import DeltaController
 from smerge.merge.ceiling import kappa_figures
 from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
-from smerge.merge.output import RowStore, empty_batch, int64_array, pair_batch, pair_schema
+from smerge.merge.arrays import int64_array
+from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
 from smerge.merge.stats import MergeStats, ReportWindows
 

@@ -25,6 +25,7 @@ from typing import Callable, Sequence
 import pyarrow as pa
 
 from smerge.errors import InputError, UsageError, param
+from smerge.merge.arrays import buffer_values, int64_array, numeric_dtype, one_chunk
 
 CMP_OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 ARITH_OPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -431,29 +432,20 @@ def to_numpy(col):
     whatever the buffer holds: fill the NULLs first when they matter."""
     import numpy as np
 
-    if isinstance(col, pa.ChunkedArray):
-        col = col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    col = one_chunk(col)
     n, off, t = len(col), col.offset, col.type
     if pa.types.is_boolean(t):
         if n == 0:
             return np.empty(0, bool)
         bits = np.frombuffer(col.buffers()[1], np.uint8, count=(off + n + 7) // 8)
         return np.unpackbits(bits, bitorder="little")[off:off + n].astype(bool)
-    if not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+    dt = numeric_dtype(t)
+    if dt is None:
         raise TypeError(f"to_numpy: {t} is not a boolean or numeric column")
-    dt = np.dtype(f"{'f' if pa.types.is_floating(t) else 'i' if pa.types.is_signed_integer(t) else 'u'}{t.bit_width // 8}")
-    if n == 0:
-        return np.empty(0, dt)
-    return np.frombuffer(col.buffers()[1], dt, count=n, offset=off * dt.itemsize)
+    return buffer_values(col, dt)
 
 
-def from_numpy(a) -> pa.Array:
-    """An int64 numpy array as an Arrow array over the same memory (``pa.array`` imports pandas
-    to ask whether its argument is a pandas object)."""
-    import numpy as np
-
-    a = np.ascontiguousarray(a, np.int64)
-    return pa.Array.from_buffers(pa.int64(), a.shape[0], [None, pa.py_buffer(a)])
+from_numpy = int64_array  # an int64 numpy array as an Arrow array over the same memory
 
 
 # ---- SQL rendering (the DuckDB oracle and the docs) -----------------------------------------

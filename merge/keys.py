@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.errors import InputError, UsageError, param
+from smerge.merge.arrays import buffer_values, numeric_dtype
 from smerge.merge.values import parse_duration
 
 TIME_BASE = "microseconds since 1970-01-01 00:00:00 UTC"
@@ -174,10 +175,9 @@ def numpy_view(col: pa.Array) -> np.ndarray:
 
     ``to_numpy(zero_copy_only=False)`` imports pandas in pyarrow 26 (about 0.25 s of every
     process) even where a view of the buffer is all that is needed."""
-    t = col.type
-    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and not col.null_count and len(col):
-        dt = np.dtype(t.to_pandas_dtype()) if not pa.types.is_float16(t) else np.dtype(np.float16)
-        return np.frombuffer(col.buffers()[1], dtype=dt, count=len(col), offset=col.offset * dt.itemsize)
+    dt = numeric_dtype(col.type)
+    if dt is not None and not col.null_count and len(col):
+        return buffer_values(col, dt)
     return np.asarray(col.to_numpy(zero_copy_only=False))
 
 

@@ -12,12 +12,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-
-def int64_array(values: np.ndarray) -> pa.Array:
-    """An int64 Arrow array over ``values``' memory (no copy). ``pa.array`` on a numpy array
-    would also import ``numpy.ma`` (~20 ms of a process) to check for a masked array."""
-    values = np.ascontiguousarray(values, dtype=np.int64)
-    return pa.Array.from_buffers(pa.int64(), values.size, [None, pa.py_buffer(values)])
+from smerge.merge.arrays import int64_array, values
 
 
 def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
@@ -68,24 +63,22 @@ def _take(data, pos: np.ndarray):
 
 
 def _numpy_take(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch | None:
-    """``batch.take(pos)`` by numpy when every column is a fixed-width number without nulls
-    (the usual payload of gridded data), else None: as fast as Arrow's take on one batch, and a
-    process that needs nothing else of Arrow's compute functions does not load them (~12 ms).
-    Positions are checked once, then every column is gathered without a check per element."""
-    for col in batch.columns:
-        t = col.type
-        if col.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
-            return None
+    """``batch.take(pos)`` by numpy when ``arrays.values`` reads every column (fixed-width
+    numbers and times without nulls: the usual payload of gridded data), else None: as fast as
+    Arrow's take on one batch, and a process that needs nothing else of Arrow's compute functions
+    does not load them (~12 ms). Positions are checked once, then every column is gathered
+    without a check per element."""
+    vals = [values(col) for col in batch.columns]
+    if any(v is None for v in vals):
+        return None
     if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= batch.num_rows):
         raise IndexError(f"row positions {int(pos.min())}..{int(pos.max())} outside a batch of {batch.num_rows}")
     cols = []
-    for col in batch.columns:
-        dtype = np.dtype(col.type.to_pandas_dtype())
+    for field, v in zip(batch.schema, vals):
         # Arrow's memory (its pool reuses the pages of batches written and freed, in any thread)
-        buf = pa.allocate_buffer(pos.size * dtype.itemsize)
-        values = np.frombuffer(col.buffers()[1], dtype=dtype, count=col.offset + len(col))[col.offset:]
-        values.take(pos, out=np.frombuffer(buf, dtype), mode="clip")
-        cols.append(pa.Array.from_buffers(col.type, pos.size, [None, buf]))
+        buf = pa.allocate_buffer(pos.size * v.itemsize)
+        v.take(pos, out=np.frombuffer(buf, v.dtype), mode="clip")
+        cols.append(pa.Array.from_buffers(field.type, pos.size, [None, buf]))
     return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
 
 

@@ -29,7 +29,8 @@ import pyarrow as pa
 from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
 from smerge.merge.keys import check_key_compat, key_matrix, nan_rows
-from smerge.merge.output import empty_batch, int64_array, pair_batch, pair_schema
+from smerge.merge.arrays import int64_array
+from smerge.merge.output import empty_batch, pair_batch, pair_schema
 from smerge.merge.range_source import ROW_ID_COLUMN, Box, RangeSource
 from smerge.merge.rtm_params import RTMParams
 from smerge.merge.stats import MergeStats, ReportWindows

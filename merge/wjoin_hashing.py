@@ -9,7 +9,8 @@ import pyarrow as pa
 
 from smerge.merge import expr as X
 from smerge.merge.hashing import mix64 as _mix
-from smerge.merge.wjoin_numpy import _PER_S, one_chunk, values
+from smerge.merge.arrays import one_chunk, values
+from smerge.merge.wjoin_numpy import _PER_S
 
 
 def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:

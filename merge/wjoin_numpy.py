@@ -14,36 +14,7 @@ import pyarrow as pa
 
 from smerge.errors import InputError
 from smerge.merge import expr as X
-
-
-def one_chunk(c):
-    """A column as one Arrow array (a chunked one's chunks concatenated)."""
-    if isinstance(c, pa.ChunkedArray):
-        return c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()
-    return c
-
-
-def values(col):
-    """The values of a column without NULLs as numpy over its buffer (one chunk: no copy):
-    integers and floats, timestamps, durations and dates as their integer counts. None for a
-    column with NULLs, of booleans or of any other type: the caller then uses Arrow's kernels,
-    whose first call in a process costs ~10 ms and ~9 MB (the kernel registry and its code)."""
-    if col.null_count:
-        return None
-    col = one_chunk(col)
-    t = col.type
-    if pa.types.is_timestamp(t) or pa.types.is_duration(t) or pa.types.is_date64(t):
-        dt = np.dtype(np.int64)
-    elif pa.types.is_date32(t):
-        dt = np.dtype(np.int32)
-    elif pa.types.is_integer(t) or pa.types.is_floating(t):
-        dt = np.dtype(f"{'f' if pa.types.is_floating(t) else 'i' if pa.types.is_signed_integer(t) else 'u'}"
-                      f"{t.bit_width // 8}")
-    else:
-        return None
-    if len(col) == 0:
-        return np.empty(0, dt)
-    return np.frombuffer(col.buffers()[1], dt, count=len(col), offset=col.offset * dt.itemsize)
+from smerge.merge.arrays import one_chunk, values
 
 
 def take(col, idx) -> pa.Array:

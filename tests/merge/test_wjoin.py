@@ -19,9 +19,14 @@ from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_stats import WJoinStats
 
 
-def run(tables, params, batch=3, trace=None, stats=None):
+def run_batches(tables, params, batch=3, trace=None, stats=None, **kw):
+    """The W-join's output batches, each input table read in batches of ``batch`` rows."""
     streams = [t.to_batches(max_chunksize=batch) for t in tables]
-    out = list(wjoin(streams, [t.schema for t in tables], params, stats=stats, trace=trace))
+    return list(wjoin(streams, [t.schema for t in tables], params, stats=stats, trace=trace, **kw))
+
+
+def run(tables, params, batch=3, trace=None, stats=None, **kw):
+    out = run_batches(tables, params, batch, trace, stats, **kw)
     return pa.Table.from_batches(out, schema=None) if out else None
 
 

@@ -17,12 +17,11 @@ from smerge.merge.wjoin_params import WJoinParams
 from smerge.merge.wjoin_stats import WJoinStats
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_wjoin import ids, wjoin_case  # noqa: E402 (the random streams of the oracle test)
+from test_wjoin import ids, run_batches, wjoin_case  # noqa: E402 (the random streams of the oracle test)
 
 
 def batches(tables, params, batch, output_rows, stats=None):
-    streams = [t.to_batches(max_chunksize=batch) for t in tables]
-    return list(W.wjoin(streams, [t.schema for t in tables], params, stats=stats, output_rows=output_rows))
+    return run_batches(tables, params, batch, stats=stats, output_rows=output_rows)
 
 
 def table(out):
