@@ -102,3 +102,14 @@ def test_numpy_gather_steps_aside_for_nulls_and_strings():
     store = RowStore(pa.schema([("x", pa.float64())]))
     store.append(pa.record_batch({"x": pa.array([1.0, None, 3.0])}), 0)
     assert store.take(np.array([2, 1, 0])).column(0).to_pylist() == [3.0, None, 1.0]
+
+
+def test_numpy_gather_takes_times_and_dates_as_arrow_does():
+    from smerge.merge.output import _numpy_take
+
+    r = np.arange(20)
+    b = pa.RecordBatch.from_arrays([pa.array(r * 10**6, pa.timestamp("us", "UTC")), pa.array(r.astype("i4"), pa.date32()),
+                                    pa.array(r * 7, pa.duration("ms"))], names=["t", "d", "dt"]).slice(3, 15)
+    pos = np.array([14, 0, 3, 3, 7], np.int64)
+    got = _numpy_take(b, pos)
+    assert got is not None and got.equals(b.take(pa.array(pos, pa.int64())))
