@@ -13,12 +13,19 @@ Files and folders are created with ``0o666``/``0o777`` and the umask applied.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import shutil
 import socket
 from functools import lru_cache
+
+try:  # CPython's own SHA-256 (the same digest): hashlib would load OpenSSL's libcrypto, ~4 MB of
+    from _sha256 import sha256  # every process's peak memory, for this one digest per run
+except ImportError:  # Python >= 3.12 names it _sha2; other interpreters: hashlib
+    try:
+        from _sha2 import sha256
+    except ImportError:
+        from hashlib import sha256
 
 from smerge.datasets.atomic_rename import rename_noreplace
 from smerge.datasets.output_space import write_error
@@ -93,7 +100,7 @@ def host_tag() -> str:
     except OSError:
         pidns = ""
     ident = "\0".join((socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"), pidns))
-    return hashlib.sha256(ident.encode()).hexdigest()[:10]
+    return sha256(ident.encode()).hexdigest()[:10]
 
 
 def temp_name(target: str, kind: str = "tmp", suffix: str = "") -> str:

@@ -4,7 +4,9 @@
 queue while the consumer (the merge engine) works on earlier batches, so the total time
 approaches max(fetch, merge) rather than their sum. ``busy_seconds`` is the time the reader
 spent producing batches (the fetch time). Errors in the reader are re-raised in the consumer.
-Memory: at most ``depth`` batches wait in the queue.
+Memory: at most ``depth`` batches wait in the queue. ``depth=0`` reads in the consumer's thread
+instead (same interface): for small inputs, where a reader thread's memory arena (~1 MB per
+thread) costs more than the overlap it buys.
 """
 
 from __future__ import annotations
@@ -21,13 +23,16 @@ _END = object()
 class Prefetcher(Iterator[T]):
     def __init__(self, iterable: Iterable[T], depth: int = 4, name: str = "smerge-prefetch",
                  on_item: Callable[[T], None] | None = None):
-        self._q: queue.Queue = queue.Queue(maxsize=max(1, depth))
-        self._stop = threading.Event()
         self.busy_seconds = 0.0
         self._on_item = on_item
+        self._done = False
+        self._inline = iter(iterable) if depth <= 0 else None
+        if self._inline is not None:
+            return
+        self._q: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(iterable,), name=name, daemon=True)
         self._thread.start()
-        self._done = False
 
     def _run(self, iterable: Iterable[T]) -> None:
         try:
@@ -63,6 +68,8 @@ class Prefetcher(Iterator[T]):
     def __next__(self) -> T:
         if self._done:
             raise StopIteration
+        if self._inline is not None:
+            return self._next_inline()
         item = self._q.get()
         if item is _END:
             self._done = True
@@ -72,10 +79,26 @@ class Prefetcher(Iterator[T]):
             raise item
         return item
 
+    def _next_inline(self) -> T:
+        t0 = time.perf_counter()
+        try:
+            item = next(self._inline)
+        except BaseException:
+            self._done = True
+            raise
+        finally:
+            self.busy_seconds += time.perf_counter() - t0
+        if self._on_item is not None:
+            self._on_item(item)
+        return item
+
     def close(self) -> None:
         """Stop the reader (it finishes its current batch) and drop what is queued."""
-        self._stop.set()
         self._done = True
+        if self._inline is not None:
+            getattr(self._inline, "close", lambda: None)()  # a generator's files close now
+            return
+        self._stop.set()
         try:
             while True:
                 self._q.get_nowait()

@@ -93,13 +93,22 @@ def test_default_route_of_a_small_run_imports_neither_pandas_nor_pyspark(tmp_pat
 
 
 WJOIN_PROBE = """
-import json, os, sys
+import json, os, sys, threading
+started = []
+_start = threading.Thread.start
+def start(self):
+    started.append(self.name)
+    _start(self)
+threading.Thread.start = start
 sys.argv = ["smerge", "wjoin", *sys.argv[1:]]
 from smerge.cli.main import main
 rc = main()
 heavy = ("pandas", "numba", "pyspark", "pyarrow.compute", "pyarrow.dataset", "netCDF4", "xarray", "numpy.ma",
-         "pydantic", "smerge.datasets.netcdf", "smerge.cli.cgm")
-print(json.dumps({"rc": rc, "loaded": sorted(m for m in heavy if m in sys.modules),
+         "pydantic", "smerge.datasets.netcdf", "smerge.cli.cgm", "_hashlib")
+print(json.dumps({"rc": rc, "loaded": sorted(m for m in heavy if m in sys.modules), "threads": started,
+                  # OS threads other than jemalloc's (Arrow's thread pool and Python's threads are "python")
+                  "os_threads": sum(open(f"/proc/self/task/{t}/comm").read().strip() == "python"
+                                    for t in os.listdir("/proc/self/task")),
                   "purge": os.environ.get("MIMALLOC_PURGE_DELAY"), "thp": os.environ.get("MIMALLOC_ALLOW_THP")}))
 """
 
@@ -107,8 +116,10 @@ print(json.dumps({"rc": rc, "loaded": sorted(m for m in heavy if m in sys.module
 def test_local_wjoin_process_loads_no_heavy_module(tmp_path):
     """A `smerge wjoin --local` run over Parquet with an equality, a band and a residual conjunct
     (abs: evaluated by Arrow's kernels) loads none of pandas, numba, pyspark, pyarrow.compute,
-    pyarrow.dataset, the netCDF stack, numpy.ma or the cgm command, leaves mimalloc's purge delay
-    alone (kept pages raise a join's peak memory), and writes the tuples DuckDB finds."""
+    pyarrow.dataset, the netCDF stack, numpy.ma, the cgm command or OpenSSL's libcrypto (hashlib's
+    ~4 MB), leaves mimalloc's purge delay alone (kept pages raise a join's peak memory), starts no
+    thread (small inputs are read in the join's thread, their Parquet columns decoded without
+    Arrow's thread pool: ~1 MB and ~6 MB of peak memory), and writes the tuples DuckDB finds."""
     from wjoin_oracle import oracle_tuples
 
     rng = np.random.default_rng(25)
@@ -128,7 +139,7 @@ def test_local_wjoin_process_loads_no_heavy_module(tmp_path):
                        env={k: v for k, v in os.environ.items() if not k.startswith("MIMALLOC_")})
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got == {"rc": 0, "loaded": [], "purge": None, "thp": "0"}
+    assert got == {"rc": 0, "loaded": [], "threads": [], "os_threads": 1, "purge": None, "thp": "0"}
     res = pq.read_table(out)
     want = oracle_tuples(tables, "time", {(0, 1): 1800 * 10**9},
                          "s1.lat = s2.lat and s1.T > s2.T + 8 and abs(s1.lon - s2.lon) < 1", datetime=True)

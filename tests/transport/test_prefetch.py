@@ -66,3 +66,43 @@ def test_busy_seconds_counts_reader_time():
     it = Prefetcher(source())
     assert list(it) == list(range(5))
     assert it.busy_seconds >= 0.04
+
+
+def test_depth_zero_reads_in_the_callers_thread():
+    import time
+
+    seen, closed = [], []
+
+    def source():
+        try:
+            for i in range(4):
+                seen.append(threading.current_thread())
+                time.sleep(0.01)
+                yield i
+            raise ValueError("bad slab")
+        finally:
+            closed.append(True)
+
+    got = []
+    it = Prefetcher(source(), depth=0, on_item=got.append)
+    assert [next(it) for _ in range(4)] == [0, 1, 2, 3] == got
+    assert seen == [threading.current_thread()] * 4  # no thread: nothing was read ahead
+    assert it.busy_seconds >= 0.03
+    with pytest.raises(ValueError, match="bad slab"):
+        next(it)
+    assert list(it) == [] and closed == [True]
+
+
+def test_depth_zero_close_closes_the_source():
+    closed = []
+
+    def source():
+        try:
+            yield from range(10)
+        finally:
+            closed.append(True)
+
+    it = Prefetcher(source(), depth=0)
+    assert next(it) == 0
+    it.close()
+    assert closed == [True] and list(it) == []
