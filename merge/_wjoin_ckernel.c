@@ -78,6 +78,45 @@ static inline double sub_f64(double a, double b) { return a - b; }
 PURGE_WALK(i64, i64)
 PURGE_WALK(double, f64)
 
+/* A chunk's arrival order: the n streams' chunk times (each sorted; stream j's are
+ * t[off[j]:off[j+1]]) merged by time, ties by stream number, then position (a stable n-way
+ * merge: what a lexsort of (time, stream, position) gives, in one pass). For arrival a:
+ * arr_s[a] its stream, arr_pos[a] its position in that stream's buffer+chunk (base[s] + its
+ * place in the chunk), arr_t[a] its time, pe[j * na + a] the records of stream j that arrived
+ * before it (base[j] + its chunk records before a); last[j] receives the arrival index of
+ * stream j's last chunk record (-1 when it has none). Returns 0, -1 when memory runs out. */
+#define ARRIVALS(T, SFX)                                                                            \
+    i64 wj_arrivals_##SFX(i64 n, const T *t, const i64 *off, const i64 *base, i64 na, i64 *arr_s,   \
+                          i64 *arr_pos, T *arr_t, i64 *pe, i64 *last) {                             \
+        i64 *cur = (i64 *)malloc(sizeof(i64) * (size_t)(n > 0 ? n : 1));                           \
+        if (!cur) return -1;                                                                         \
+        for (i64 j = 0; j < n; j++) {                                                                \
+            cur[j] = off[j];                                                                         \
+            last[j] = -1;                                                                            \
+        }                                                                                            \
+        for (i64 a = 0; a < na; a++) {                                                               \
+            i64 best = -1;                                                                           \
+            T bt = 0;                                                                                \
+            for (i64 j = 0; j < n; j++) {                                                            \
+                pe[j * na + a] = base[j] + (cur[j] - off[j]);                                        \
+                if (cur[j] < off[j + 1] && (best < 0 || t[cur[j]] < bt)) {                           \
+                    best = j;                                                                        \
+                    bt = t[cur[j]];                                                                  \
+                }                                                                                    \
+            }                                                                                        \
+            arr_s[a] = best;                                                                         \
+            arr_pos[a] = base[best] + (cur[best] - off[best]);                                       \
+            arr_t[a] = bt;                                                                           \
+            last[best] = a;                                                                          \
+            cur[best]++;                                                                             \
+        }                                                                                            \
+        free(cur);                                                                                   \
+        return 0;                                                                                    \
+    }
+
+ARRIVALS(i64, i64)
+ARRIVALS(double, f64)
+
 /* Band conjuncts checked inside a probe, before a pair is formed: for each k < nb, candidate q's
  * value cv[k * ncand + q] OP_k the partial tuple p's value pv[k * m + p] (OP: 0 <, 1 <=, 2 >,
  * 3 >=). Values are float64 with NULL as NaN: a comparison with NaN is false, as a NULL drops

@@ -34,6 +34,9 @@ def _load() -> ctypes.CDLL:
         f.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, ctypes.POINTER(_i64), _i64,
                       _i64, _p, _p, _i64, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)]
         f.restype = _i64
+        f = getattr(lib, f"wj_arrivals_{sfx}")
+        f.argtypes = [_i64, _p, _p, _p, _i64, _p, _p, _p, _p, _p]
+        f.restype = _i64
     lib.wj_range_probe.argtypes = [_i64, _p, _p, _i64, _p, _p, _i64, _p, _i64, ctypes.POINTER(_p), ctypes.POINTER(_p)]
     lib.wj_range_probe.restype = _i64
     lib.wj_free.argtypes = [_p]
@@ -128,6 +131,31 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
     if r < 0:
         raise MemoryError("W-join purge: out of memory")
     return r
+
+
+def arrivals(times: list[np.ndarray], base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  np.ndarray]:
+    """A chunk's arrival order from each stream's chunk times (sorted; ``base[j]`` records of
+    stream j buffered before them): by time, ties by stream number, then position, merged in
+    one compiled pass. Returns (stream, position in the stream's buffer+chunk, time) per
+    arrival; ``pe`` (n x arrivals): ``pe[j, a]`` = records of stream j that arrived before
+    arrival a (buffered ones included); ``last[j]``: the index of stream j's last arrival (-1:
+    none)."""
+    n = len(times)
+    dt = np.dtype(times[0].dtype) if n else np.dtype(np.int64)
+    sfx, _ = _sfx(dt)
+    i8 = np.int64
+    t = np.ascontiguousarray(np.concatenate(times) if n else np.empty(0, dt), dt)
+    off = np.zeros(n + 1, i8)
+    off[1:] = np.cumsum([x.shape[0] for x in times])
+    base = np.ascontiguousarray(base, i8)
+    na = t.shape[0]
+    arr_s, arr_pos, arr_t = np.empty(na, i8), np.empty(na, i8), np.empty(na, dt)
+    pe, last = np.empty((n, na), i8), np.empty(n, i8)
+    if getattr(_LIB, f"wj_arrivals_{sfx}")(n, _ptr(t, dt), _ptr(off, i8), _ptr(base, i8), na, _ptr(arr_s, i8),
+                                            _ptr(arr_pos, i8), _ptr(arr_t, dt), _ptr(pe, i8), _ptr(last, i8)) < 0:
+        raise MemoryError("W-join arrival order: out of memory")
+    return arr_s, arr_pos, arr_t, pe, last
 
 
 def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,7 @@ import pyarrow as pa
 from smerge.errors import InputError, UsageError, param
 from smerge.merge import expr as X
 from smerge.merge import wjoin_numpy as N
-from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, expand_ranges, purge_walk,
+from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, arrivals, expand_ranges, purge_walk,
                                         range_probe)
 from smerge.merge.stats import BoundedSeries
 from smerge.merge.wjoin_chunks import OutputBatch, cap_takes
@@ -209,22 +209,15 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         comb_h.append(np.concatenate([s.buf_h, s.pend_h[:k]]))
         comb_row.append(np.concatenate([s.buf_row, s.pend_row[:k]]))
         comb_tab.append(pa.concat_tables([s.buf, s.pend.slice(0, k)]).combine_chunks())
-    # arrival order: by time, then stream number, then position
-    S = np.concatenate([np.full(takes[i], i, np.int64) for i in range(n)])
-    T = np.concatenate([comb_t[i][base[i]:] for i in range(n)])
-    P = np.concatenate([np.arange(takes[i], dtype=np.int64) for i in range(n)])
-    order = np.lexsort((P, S, T))
-    arr_s, arr_t, arr_p = S[order], T[order], P[order]
-    arr_pos = base[arr_s] + arr_p
-    pe = []  # pe[j][a] = records of stream j that arrived before arrival a (buffer end for a)
+    # arrival order: by time, then stream number, then position; pe[j][a] = records of stream j
+    # that arrived before arrival a (buffer end for a)
+    arr_s, arr_pos, arr_t, pe, last = arrivals([comb_t[i][base[i]:] for i in range(n)], base)
     for j in range(n):
-        is_j = arr_s == j
-        pe.append(base[j] + np.cumsum(is_j) - is_j)
         if st[j].done and takes[j] == st[j].pend_t.shape[0] and takes[j] > 0:
-            final_rank[j] = int(np.flatnonzero(is_j)[-1])
+            final_rank[j] = last[j]
     slack = 0.0
     if plan.dtype is np.float64:
-        scale = max(float(np.max(np.abs(T))) if T.shape[0] else 0.0, float(np.max(plan.dist)))
+        scale = max(float(np.max(np.abs(arr_t))) if arr_t.shape[0] else 0.0, float(np.max(plan.dist)))
         slack = 1e-12 * max(scale, 1.0)
     buckets: dict = {}
     pair_buckets: dict = {}
