@@ -181,63 +181,85 @@ oom:
     return -1;
 }
 
-/* HW-join probe in one pass: probes are taken in order of pe (order); before a probe, the
- * stream's records below its pe are inserted into an open-addressing table (hash -> newest
- * position) whose positions link to the previous one of the same hash, so each bucket is a
- * newest-first chain of exactly the records that arrived before the probing record. The walk
- * stops at the first record before the period start lo. At limit + 1 pairs it stops early (the
- * caller refuses or splits the probe; the chains stay valid). The pairs are written to
- * malloc'd arrays *out_parent / *out_cand (free them with wj_free); returns their number, or
- * -1 when memory runs out. *inserted is updated. Band conjuncts (nb of them, see band_ok) are
- * checked before a pair is kept. */
-#define CHAIN_PROBE(T, SFX)                                                                             \
-    i64 wj_chain_probe_##SFX(const u64 *hashes, i64 mask, i64 m, const i64 *order, const u64 *h,        \
-                             const T *times, const T *lo, const T *hi, const i64 *pe, u64 *slot_h,      \
-                             i64 *slot_head, i64 *prv, i64 *inserted_io, i64 limit, i64 nb,             \
-                             const i64 *ops, const double *cv, i64 ncand, const double *pv,             \
-                             i64 **out_parent, i64 **out_cand) {                                        \
-        i64 cap = 2 * m > 16 ? 2 * m : 16, total = 0, inserted = *inserted_io;                          \
-        i64 *op = (i64 *)malloc(sizeof(i64) * (size_t)cap), *oc = (i64 *)malloc(sizeof(i64) * (size_t)cap); \
-        if (!op || !oc) goto oom;                                                                       \
-        for (i64 k = 0; k < m; k++) {                                                                   \
-            i64 p = order[k], e = pe[p];                                                                \
-            while (inserted < e) {                                                                      \
-                u64 hv = hashes[inserted];                                                              \
-                i64 s = (i64)(hv & (u64)mask);                                                          \
-                while (slot_head[s] != -1 && slot_h[s] != hv) s = (s + 1) & mask;                      \
-                prv[inserted] = slot_head[s];                                                           \
-                slot_h[s] = hv;                                                                         \
-                slot_head[s] = inserted;                                                                \
-                inserted++;                                                                             \
-            }                                                                                           \
-            u64 hp = h[p];                                                                              \
-            i64 s = (i64)(hp & (u64)mask);                                                              \
-            while (slot_head[s] != -1 && slot_h[s] != hp) s = (s + 1) & mask;                          \
-            T lp = lo[p], up = hi[p];                                                                   \
-            for (i64 q = slot_head[s]; q >= 0; q = prv[q]) {                                            \
-                T t = times[q];                                                                         \
-                if (t < lp) break;                                                                      \
-                if (t <= up && (nb == 0 || band_ok(nb, ops, cv, ncand, q, pv, m, p))) {                 \
-                    if (total > limit) goto done;                                                       \
-                    if (!push_pair(&op, &oc, &cap, total, p, q)) goto oom;                              \
-                    total++;                                                                            \
-                }                                                                                       \
-            }                                                                                           \
-        }                                                                                               \
-    done:                                                                                               \
-        *inserted_io = inserted;                                                                        \
-        *out_parent = op;                                                                               \
-        *out_cand = oc;                                                                                 \
-        return total;                                                                                   \
-    oom:                                                                                                \
-        free(op);                                                                                       \
-        free(oc);                                                                                       \
-        *out_parent = *out_cand = NULL;                                                                 \
-        return -1;                                                                                      \
+/* An equality index of one stream's buffered+chunk records, built once per chunk and shared by
+ * every probe into that stream: the positions 0..nrec-1 grouped by their 64-bit key hash
+ * (groups in order of first position; positions ascending within a group). slot_h / slot_g
+ * (mask + 1 entries, slot_g all -1 on entry) become an open-addressing table hash -> group;
+ * gstart[g]..gstart[g+1] is group g's range of pos (gstart needs nrec + 1 entries); gid is
+ * scratch (nrec). Returns the number of groups. */
+i64 wj_key_index(const u64 *hashes, i64 nrec, i64 mask, u64 *slot_h, i64 *slot_g, i64 *gid, i64 *gstart,
+                 i64 *pos) {
+    i64 ng = 0;
+    for (i64 r = 0; r < nrec; r++) {
+        u64 hv = hashes[r];
+        i64 s = (i64)(hv & (u64)mask);
+        while (slot_g[s] != -1 && slot_h[s] != hv) s = (s + 1) & mask;
+        if (slot_g[s] == -1) {
+            slot_g[s] = ng;
+            slot_h[s] = hv;
+            gstart[ng++] = 0;
+        }
+        gid[r] = slot_g[s];
+        gstart[gid[r]]++;
+    }
+    for (i64 g = 0, acc = 0; g < ng; g++) gstart[g] = acc += gstart[g]; /* group ends */
+    for (i64 r = nrec - 1; r >= 0; r--) pos[--gstart[gid[r]]] = r;     /* now group starts */
+    gstart[ng] = nrec;
+    return ng;
+}
+
+/* HW-join probe through a key index (wj_key_index; gt[k] = the time of record pos[k]): for
+ * each partial tuple p from p0 on, the records of its hash group that arrived before it (position
+ * < pe[p]) with lo[p] <= time <= hi[p] (and the band conjuncts, see band_ok), newest first:
+ * a binary search for pe[p] in the group, then a walk back to the first record older than lo[p].
+ * Pairs (p, position) are written at *total_io onwards into out_parent / out_cand (cap entries).
+ * Returns m when done (*total_io = the number of pairs; it stops after limit + 1 of them), or
+ * the p whose pairs did not fit (*total_io = the pairs before it): grow the arrays, call again
+ * from there. Probes are independent: any order, any number of calls. */
+#define KEY_PROBE(T, SFX)                                                                              \
+    i64 wj_key_probe_##SFX(i64 mask, const u64 *slot_h, const i64 *slot_g, const i64 *gstart,          \
+                           const i64 *pos, const T *gt, i64 m, const u64 *h, const T *lo, const T *hi, \
+                           const i64 *pe, i64 limit, i64 nb, const i64 *ops, const double *cv,         \
+                           i64 ncand, const double *pv, i64 p0, i64 cap, i64 *out_parent,               \
+                           i64 *out_cand, i64 *total_io) {                                             \
+        i64 total = *total_io;                                                                         \
+        for (i64 p = p0; p < m; p++) {                                                                 \
+            u64 hp = h[p];                                                                             \
+            i64 s = (i64)(hp & (u64)mask);                                                             \
+            while (slot_g[s] != -1 && slot_h[s] != hp) s = (s + 1) & mask;                            \
+            i64 g = slot_g[s];                                                                         \
+            if (g < 0) continue;                                                                       \
+            i64 g0 = gstart[g], a = g0, b = gstart[g + 1], e = pe[p], t0 = total;                      \
+            while (a < b) { /* the first record of the group at or after pe[p] */                     \
+                i64 mid = a + (b - a) / 2;                                                             \
+                if (pos[mid] < e) a = mid + 1;                                                         \
+                else b = mid;                                                                          \
+            }                                                                                          \
+            T lp = lo[p], up = hi[p];                                                                  \
+            for (i64 k = a - 1; k >= g0; k--) {                                                        \
+                T t = gt[k];                                                                           \
+                if (t < lp) break;                                                                     \
+                if (t <= up && (nb == 0 || band_ok(nb, ops, cv, ncand, pos[k], pv, m, p))) {           \
+                    if (total > limit) {                                                               \
+                        *total_io = total;                                                             \
+                        return m;                                                                      \
+                    }                                                                                  \
+                    if (total == cap) {                                                                \
+                        *total_io = t0;                                                                \
+                        return p;                                                                      \
+                    }                                                                                  \
+                    out_parent[total] = p;                                                             \
+                    out_cand[total] = pos[k];                                                          \
+                    total++;                                                                           \
+                }                                                                                      \
+            }                                                                                          \
+        }                                                                                              \
+        *total_io = total;                                                                             \
+        return m;                                                                                      \
     }
 
-CHAIN_PROBE(i64, i64)
-CHAIN_PROBE(double, f64)
+KEY_PROBE(i64, i64)
+KEY_PROBE(double, f64)
 
 void wj_free(void *p) { free(p); }
 

@@ -1,9 +1,10 @@
 """The W-join's hot loops (merge/wjoin_engine.py): C (``merge/_wjoin_ckernel.c``, through ctypes) and numpy.
 
 ``purge_walk`` replays the arrivals of one chunk record by record and applies the purge rule
-of docs/semantics.md section 6 after each one; ``expand_ranges`` (NLW-join) and ``BucketIndex``
-(HW-join hash chains) turn per-partial-tuple candidate ranges into flat (parent, candidate)
-index arrays for the left-deep expansion. Times are int64 (integers, datetimes as ns) or
+of docs/semantics.md section 6 after each one; ``arrivals`` merges a chunk's streams into
+arrival order; ``expand_ranges`` (NLW-join) and ``KeyIndex`` (HW-join and equality probes:
+records grouped by key hash) turn per-partial-tuple candidate ranges into flat (parent,
+candidate) index arrays for the left-deep expansion. Times are int64 (integers, datetimes as ns) or
 float64; ``NEG``/``POS`` stand for "nothing seen yet" and "stream exhausted". Plain C loaded
 with ctypes, not a JIT: loading takes about 1 ms, where importing numba costs ~0.5 s and ~65 MB
 of memory per process.
@@ -30,13 +31,15 @@ def _load() -> ctypes.CDLL:
         f = getattr(lib, f"wj_purge_walk_{sfx}")
         f.argtypes = [_i64, _p, _p, _p, _p, _p, _p, _p, _p, _i64, t, _p, _p, _i64, _p, _i64, t, t]
         f.restype = _i64
-        f = getattr(lib, f"wj_chain_probe_{sfx}")
-        f.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p, _p, _p, _p, _p, ctypes.POINTER(_i64), _i64,
-                      _i64, _p, _p, _i64, _p, ctypes.POINTER(_p), ctypes.POINTER(_p)]
-        f.restype = _i64
         f = getattr(lib, f"wj_arrivals_{sfx}")
         f.argtypes = [_i64, _p, _p, _p, _i64, _p, _p, _p, _p, _p]
         f.restype = _i64
+        f = getattr(lib, f"wj_key_probe_{sfx}")
+        f.argtypes = [_i64, _p, _p, _p, _p, _p, _i64, _p, _p, _p, _p, _i64, _i64, _p, _p, _i64, _p, _i64, _i64, _p, _p,
+                      ctypes.POINTER(_i64)]
+        f.restype = _i64
+    lib.wj_key_index.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p]
+    lib.wj_key_index.restype = _i64
     lib.wj_range_probe.argtypes = [_i64, _p, _p, _i64, _p, _p, _i64, _p, _i64, ctypes.POINTER(_p), ctypes.POINTER(_p)]
     lib.wj_range_probe.restype = _i64
     lib.wj_free.argtypes = [_p]
@@ -170,55 +173,57 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
     return parent, cand
 
 
-class BucketIndex:
-    """Hash buckets of one stream's buffered+chunk records (time-ordered positions).
+class KeyIndex:
+    """One stream's buffered+chunk records (time-ordered positions) grouped by a 64-bit key hash
+    (``wj_key_index`` in C), built once per chunk and shared by every probe into the stream:
+    each group holds its positions in order, so a probe finds by binary search the records that
+    arrived before its probing record and walks back from the newest to the start of its period.
+    Probes need no order."""
 
-    ``probe`` builds newest-first chains per 64-bit key hash incrementally while it takes the
-    probes in arrival order (``wj_chain_probe`` in C), so a walk never meets a record that arrived
-    after its probing record and stops at the start of the probe's period.
-    """
-
-    def __init__(self, hashes: np.ndarray):
+    def __init__(self, hashes: np.ndarray, times: np.ndarray):
         n = hashes.shape[0]
         cap = 16
         while cap < 2 * n:
             cap *= 2
         self.mask = cap - 1
-        self.hashes = np.ascontiguousarray(hashes, np.uint64)
-        # The chains persist between calls whose probes come later in arrival order (blocks of
-        # one arriving stream): records already inserted are not inserted again.
-        self._slot_h = np.empty(cap, np.uint64)  # read only where _slot_head is set: no pages touched before
-        self._slot_head = np.full(cap, -1, np.int64)
-        self._prv = np.empty(n, np.int64)
-        self._inserted = 0
+        hashes = np.ascontiguousarray(hashes, np.uint64)
+        self._slot_h = np.empty(cap, np.uint64)  # read only where _slot_g is set
+        self._slot_g = np.full(cap, -1, np.int64)
+        gstart, gid = np.empty(n + 1, np.int64), np.empty(n, np.int64)  # gid: scratch
+        self._pos = np.empty(n, np.int64)
+        ng = _LIB.wj_key_index(_ptr(hashes, np.uint64), n, self.mask, _ptr(self._slot_h, np.uint64),
+                               _ptr(self._slot_g, np.int64), _ptr(gid, np.int64),
+                               _ptr(gstart, np.int64), _ptr(self._pos, np.int64))
+        self._gstart = gstart[:ng + 1].copy()
+        self._gt = np.ascontiguousarray(times[self._pos])
 
-    def probe(self, h: np.ndarray, times: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-              pe: np.ndarray, limit: int = 2**62, band: Band | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(parent, candidate position) pairs: records in the probe's bucket with lo <= t <= hi
-        among the first ``pe`` positions (pairs grouped by probe, in order of ``pe``). Successive
-        calls on one index must come in arrival order (every ``pe`` >= the last call's). More than
-        ``limit`` pairs: the walk stops after ``limit`` + 1 of them (memory bounded by the limit);
-        the caller must not use that result, only its size. ``band``: conjuncts a pair must pass."""
-        if self.hashes.shape[0] == 0 or h.shape[0] == 0:
+    def probe(self, h: np.ndarray, lo: np.ndarray, hi: np.ndarray, pe: np.ndarray, limit: int = 2**62,
+              band: Band | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(parent, candidate position) pairs: the records in probe p's group (hash ``h[p]``)
+        with lo <= t <= hi among the first ``pe[p]`` positions, grouped by probe in order,
+        newest first. More than ``limit`` pairs: the walk stops after ``limit`` + 1 of them
+        (memory bounded by the limit); the caller must not use that result, only its size.
+        ``band``: conjuncts a pair must pass."""
+        m = h.shape[0]
+        if self._pos.shape[0] == 0 or m == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
-        pe = np.ascontiguousarray(pe, np.int64)
-        if pe.shape[0] > 1 and np.any(pe[1:] < pe[:-1]):
-            order = np.argsort(pe, kind="stable").astype(np.int64)
-        else:
-            order = np.arange(pe.shape[0], dtype=np.int64)
-        if pe.shape[0] and int(pe.min()) < self._inserted:
-            raise ValueError("BucketIndex.probe: probes must not precede those of an earlier call")
-        dt = times.dtype
-        sfx, _ = _sfx(dt)
-        h = np.ascontiguousarray(h, np.uint64)
-        times = np.ascontiguousarray(times)
+        dt = self._gt.dtype
+        f = getattr(_LIB, f"wj_key_probe_{_sfx(dt)[0]}")
+        h, pe = np.ascontiguousarray(h, np.uint64), np.ascontiguousarray(pe, np.int64)
         lo, hi = np.ascontiguousarray(lo, dt), np.ascontiguousarray(hi, dt)
-        inserted, out_p, out_c = _i64(self._inserted), _p(), _p()
-        total = getattr(_LIB, f"wj_chain_probe_{sfx}")(
-            _ptr(self.hashes, np.uint64), self.mask, h.shape[0], _ptr(order, np.int64), _ptr(h, np.uint64),
-            _ptr(times, dt), _ptr(lo, dt), _ptr(hi, dt), _ptr(pe, np.int64), _ptr(self._slot_h, np.uint64),
-            _ptr(self._slot_head, np.int64), _ptr(self._prv, np.int64), ctypes.byref(inserted), int(limit),
-            *(band or _NO_BAND).args(h.shape[0]), ctypes.byref(out_p), ctypes.byref(out_c))
-        if total >= 0:
-            self._inserted = inserted.value
-        return _pairs(total, out_p, out_c, "hash probe")
+        fixed = (self.mask, _ptr(self._slot_h, np.uint64), _ptr(self._slot_g, np.int64), _ptr(self._gstart, np.int64),
+                 _ptr(self._pos, np.int64), _ptr(self._gt, dt), m, _ptr(h, np.uint64), _ptr(lo, dt), _ptr(hi, dt),
+                 _ptr(pe, np.int64), int(limit), *(band or _NO_BAND).args(m))
+        cap = 2 * m + 16
+        out_p, out_c = np.empty(cap, np.int64), np.empty(cap, np.int64)
+        total, p = _i64(0), 0
+        while True:
+            p = f(*fixed, p, cap, _ptr(out_p, np.int64), _ptr(out_c, np.int64), ctypes.byref(total))
+            if p >= m:
+                break
+            cap *= 2  # probe p's pairs did not fit: grow, go on from it
+            out_p, out_c = np.resize(out_p, cap), np.resize(out_c, cap)
+        k = total.value
+        if 2 * k < cap:  # not held at twice the size
+            return out_p[:k].copy(), out_c[:k].copy()
+        return out_p[:k], out_c[:k]

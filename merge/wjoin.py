@@ -39,7 +39,7 @@ import pyarrow as pa
 from smerge.errors import InputError, UsageError, param
 from smerge.merge import expr as X
 from smerge.merge import wjoin_numpy as N
-from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, BucketIndex, arrivals, expand_ranges, purge_walk,
+from smerge.merge._wjoin_kernel import (BAND_OPS, INT_NEG, INT_POS, Band, KeyIndex, arrivals, expand_ranges, purge_walk,
                                         range_probe)
 from smerge.merge.stats import BoundedSeries
 from smerge.merge.wjoin_chunks import OutputBatch, cap_takes
@@ -55,7 +55,7 @@ DEFAULT_OUTPUT_ROWS = 65536
 # a 4-way --on join of 1M records per stream: every cut redoes a level).
 SPLIT_TUPLES = 1 << 18
 # Arrivals of one stream in one chunk, at most (or twice the records it holds in its buffer,
-# whichever is larger: a chunk also rebuilds the buffer's hash chains and replays its purge). The
+# whichever is larger: a chunk also rebuilds the buffer's key indexes and replays its purge). The
 # chunk's index arrays, hash indexes and the output of its blocks scale with it: 2^14 instead of
 # one chunk per 64k-record input batch took the peak RSS of a 48k + 48k band join from 157 to
 # 132 MB and of a 4-way join of 1M records per stream from ~365 to ~280 MB, no slower on the
@@ -224,7 +224,7 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
     # Arrivals in blocks, in arrival order: partial tuples of different arrivals never meet, so
     # a block bounds the intermediate results and the output held at once by what its arrivals
     # form. A chunk is one block unless a level of it would exceed SPLIT_TUPLES partial tuples:
-    # then the block is halved (and the hash chains rebuilt), down to single arrivals.
+    # then the block is halved, down to single arrivals.
     # ``block[0]``: the block size (arrivals) the last split chose, kept for the next chunks so
     # that a chunk of similar data is not formed once in full only to be cut again.
     block = block if block is not None else [None]
@@ -236,21 +236,19 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         try:
             for i in range(n):
                 sel = a0 + np.flatnonzero(arr_s[a0:a1] == i)
-                if sel.shape[0] == 0:
-                    continue
-                res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack, pair_buckets,
-                              can_split=a1 - a0 > 1)
-                if res is not None:
-                    groups.append(res)
-                if not todo:  # the chunk's last block: stream i's hash chains are done with
+                if sel.shape[0]:
+                    res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack, pair_buckets,
+                                  can_split=a1 - a0 > 1)
+                    if res is not None:
+                        groups.append(res)
+                if not todo:  # the chunk's last block: the key indexes of the streams no later one probes
+                    done = {j for j in range(n) if max(k for k in range(n) if k != j) == i}
                     for d in (buckets, pair_buckets):
-                        for key in [k for k in d if k[0] == i]:
+                        for key in [k for k in d if k[0] == "index" and k[1] in done]:
                             del d[key]
         except _Split as e:
-            # Blocks sized from what this one would have formed; the hash chains restart once
-            # (later blocks come later in arrival order and extend them).
-            buckets.clear()
-            pair_buckets.clear()
+            # Blocks sized from what this one would have formed (the key indexes hold for the
+            # whole chunk: probes need no order)
             size = max(1, min((a1 - a0) // 2, int((a1 - a0) * SPLIT_TUPLES / (2 * max(e.args[0], 1)))))
             block[0] = size
             todo += [(b, min(b + size, a1)) for b in reversed(range(a0, a1, size))]
@@ -369,8 +367,8 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
             pair_buckets: dict | None = None, can_split: bool = False):
     """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream).
 
-    Each level binds one more stream j: the HW-join probes the full equality class's hash
-    chains; otherwise an equality conjunct between j and a bound stream becomes a hash probe
+    Each level binds one more stream j: the HW-join probes stream j's key index (the full
+    equality class's hash); otherwise an equality conjunct between j and a bound stream becomes a hash probe
     (``_pair_probe``), and only without one are the time ranges enumerated. Every conjunct is
     applied as soon as the streams it names are bound."""
     n = plan.n
@@ -421,17 +419,16 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         limit = SPLIT_TUPLES if can_split else MAX_PARTIAL_TUPLES  # a probe stops past it (then split or refuse)
         band = _band(plan.level_band[i][lvl], comb_tab, mem, buckets) if plan.level_band[i][lvl] else None
         if hashed:
-            # One index per (arriving stream, probed stream): its chains grow block by block.
-            if (i, j) not in buckets:
-                buckets[(i, j)] = BucketIndex(comb_h[j])
-            parent, cand = buckets[(i, j)].probe(h, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
+            if ("index", j) not in buckets:  # one per probed stream and chunk, shared by its probes
+                buckets[("index", j)] = KeyIndex(comb_h[j], comb_t[j])
+            parent, cand = buckets[("index", j)].probe(h, lo, hi, pe[j][a_idx], limit, band)
         elif probes:
-            key = (i, j, tuple(p[0].name for p in probes))
+            key = ("index", j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
-                pair_buckets[key] = BucketIndex(hash_terms(comb_tab[j], [p[0] for p in probes]))
+                pair_buckets[key] = KeyIndex(hash_terms(comb_tab[j], [p[0] for p in probes]), comb_t[j])
             hp = hash_values([(N.take(comb_tab[cb.stream].column(cb.name), mem[cb.stream]), cj.kind) for cj, cb in probes],
                              a_idx.shape[0])
-            parent, cand = pair_buckets[key].probe(hp, comb_t[j], lo, hi, pe[j][a_idx], limit, band)
+            parent, cand = pair_buckets[key].probe(hp, lo, hi, pe[j][a_idx], limit, band)
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
             end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)

@@ -1,6 +1,7 @@
 """The W-join's compiled kernels (merge/_wjoin_kernel.py over merge/_wjoin_ckernel.c) against
 numpy references on random data: the arrival order of a chunk is what a lexsort of (time,
-stream, position) gives."""
+stream, position) gives; a key index probe gives every record of the probe's hash that arrived
+before it inside its period (and passes the band conjuncts), newest first, probe by probe."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smerge.merge._wjoin_kernel import arrivals
+from smerge.merge._wjoin_kernel import BAND_OPS, Band, KeyIndex, arrivals
 
 
 def _arrivals_reference(times, base):
@@ -54,3 +55,64 @@ def test_arrivals_worked_example():
     assert tt.tolist() == [0, 1, 3, 3, 3]
     assert pe.tolist() == [[10, 10, 11, 12, 13], [0, 1, 1, 1, 1], [4, 4, 4, 4, 4]]
     assert last.tolist() == [3, 4, -1]
+
+
+def _probe_reference(hashes, times, h, lo, hi, pe, band_ops, cv, pv):
+    parent, cand = [], []
+    for p in range(h.shape[0]):
+        for q in reversed(range(min(int(pe[p]), hashes.shape[0]))):
+            ok = hashes[q] == h[p] and lo[p] <= times[q] <= hi[p]
+            for op, c, v in zip(band_ops, cv, pv):
+                ok = ok and {0: c[q] < v[p], 1: c[q] <= v[p], 2: c[q] > v[p], 3: c[q] >= v[p]}[op]
+            if ok:
+                parent.append(p)
+                cand.append(q)
+    return np.array(parent, np.int64), np.array(cand, np.int64)
+
+
+@st.composite
+def probe_case(draw):
+    nrec, m = draw(st.integers(0, 40)), draw(st.integers(0, 30))
+    floats = draw(st.booleans())
+    dt = np.float64 if floats else np.int64
+    keys = st.sampled_from([0, 1, 2, 3, 2**64 - 1])  # few keys: long groups, collisions in the table
+    hashes = np.array(draw(st.lists(keys, min_size=nrec, max_size=nrec)), np.uint64)
+    times = np.sort(np.array(draw(st.lists(st.integers(-5, 5), min_size=nrec, max_size=nrec)), dt))
+    h = np.array(draw(st.lists(keys, min_size=m, max_size=m)), np.uint64)
+    lo = np.array(draw(st.lists(st.integers(-7, 5), min_size=m, max_size=m)), dt)
+    hi = lo + np.array(draw(st.lists(st.integers(-1, 8), min_size=m, max_size=m)), dt)
+    pe = np.array(draw(st.lists(st.integers(0, nrec + 2), min_size=m, max_size=m)), np.int64)
+    nb = draw(st.integers(0, 2))
+    vals = st.sampled_from([-1.0, 0.0, 1.0, float("nan")])
+    ops = [draw(st.sampled_from(list(BAND_OPS.values()))) for _ in range(nb)]
+    cv = [np.array(draw(st.lists(vals, min_size=nrec, max_size=nrec)), np.float64) for _ in range(nb)]
+    pv = [np.array(draw(st.lists(vals, min_size=m, max_size=m)), np.float64) for _ in range(nb)]
+    return hashes, times, h, lo, hi, pe, ops, cv, pv
+
+
+@settings(max_examples=400, deadline=None)
+@given(probe_case(), st.integers(0, 40))
+def test_key_index_probe_is_the_brute_force_scan(case, limit):
+    hashes, times, h, lo, hi, pe, ops, cv, pv = case
+    index = KeyIndex(hashes, times)
+    want_p, want_c = _probe_reference(hashes, times, h, lo, hi, pe, ops, cv, pv)
+    band = Band(ops, cv, pv) if ops and hashes.shape[0] and h.shape[0] else None
+    got_p, got_c = index.probe(h, lo, hi, pe, band=band)
+    np.testing.assert_array_equal(got_p, want_p)
+    np.testing.assert_array_equal(got_c, want_c)
+    # stopped after limit + 1 pairs: those are the first ones
+    lim_p, lim_c = index.probe(h, lo, hi, pe, limit, band)
+    k = min(want_p.shape[0], limit + 1)
+    np.testing.assert_array_equal(lim_p, want_p[:k])
+    np.testing.assert_array_equal(lim_c, want_c[:k])
+
+
+def test_key_index_probe_grows_its_output():
+    # one probe with 1,000 pairs into an output sized for 2 * 3 + 16: grown, resumed, complete
+    n = 1000
+    index = KeyIndex(np.full(n, 7, np.uint64), np.arange(n, dtype=np.int64))
+    h = np.array([7, 8, 7], np.uint64)
+    p, c = index.probe(h, np.array([0, 0, 990], np.int64), np.array([n, n, n], np.int64),
+                       np.array([n, n, 995], np.int64))
+    assert p.tolist() == [0] * n + [2] * 5
+    assert c.tolist() == list(range(n - 1, -1, -1)) + [994, 993, 992, 991, 990]
