@@ -175,7 +175,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smerge", default=common.SMERGE, help="the smerge command (default: this venv's smerge)")
     ap.add_argument("--write", default=None)
     a = ap.parse_args(argv)
-    only = set(a.only.split(",")) if a.only else None
+    only = set(re.split(r",(?!\d{3})", a.only)) if a.only else None  # "10,000 stations" is one name
     prefix = shlex.split(a.smerge)
     rows = []
     for k, sh in enumerate(s for s in SHAPES if only is None or s.name in only):
