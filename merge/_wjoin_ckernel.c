@@ -32,46 +32,85 @@ static inline double sub_f64(double a, double b) { return a - b; }
  * the total. drop_at[offsets[j] + p] receives the arrival index after which record p of stream
  * j was dropped (when ndrop > 0). Returns -1 when memory runs out. */
 #define PURGE_WALK(T, SFX)                                                                          \
+    static inline T purge_term_##SFX(const T *latest, const T *dist, i64 n, i64 j, i64 k, T neg, T pos) { \
+        T lk = latest[k];                                                                            \
+        return lk == neg ? neg : lk == pos ? pos : sub_##SFX(lk, dist[j * n + k]);                   \
+    }                                                                                                \
+    /* cut[j] = min over k != j of the terms, am[j] = a k giving it (-1: every term is pos) */      \
+    static inline void purge_cut_##SFX(const T *latest, const T *dist, i64 n, i64 j, T *cut, i64 *am, \
+                                       T neg, T pos) {                                               \
+        T c = pos;                                                                                   \
+        i64 arg = -1;                                                                                \
+        for (i64 k = 0; k < n; k++) {                                                                \
+            if (k == j) continue;                                                                    \
+            T t = purge_term_##SFX(latest, dist, n, j, k, neg, pos);                                 \
+            if (t < c) {                                                                             \
+                c = t;                                                                               \
+                arg = k;                                                                             \
+            }                                                                                        \
+        }                                                                                            \
+        cut[j] = c;                                                                                  \
+        am[j] = arg;                                                                                 \
+    }                                                                                                \
     i64 wj_purge_walk_##SFX(i64 na, const i64 *arr_stream, const T *arr_t, const T *times_flat,      \
                             const i64 *offsets, const i64 *base, i64 *ptr, T *latest, const T *dist, \
                             i64 n, T slack, const i64 *final_rank, i64 *drop_at, i64 ndrop,          \
                             i64 *peak, i64 peak_total, T neg, T pos) {                               \
-        i64 *arrived = (i64 *)malloc(sizeof(i64) * (size_t)(n > 0 ? n : 1));                        \
-        if (!arrived) return -1;                                                                     \
-        memcpy(arrived, base, sizeof(i64) * (size_t)n);                                              \
-        i64 pt = peak_total;                                                                         \
+        if (n <= 0) return peak_total;                                                               \
+        i64 *arrived = (i64 *)malloc(sizeof(i64) * (size_t)n), *am = (i64 *)malloc(sizeof(i64) * (size_t)n); \
+        T *cut = (T *)malloc(sizeof(T) * (size_t)n);                                                 \
+        if (!arrived || !am || !cut) {                                                               \
+            free(arrived);                                                                           \
+            free(am);                                                                                \
+            free(cut);                                                                               \
+            return -1;                                                                               \
+        }                                                                                            \
+        i64 pt = peak_total, tot = 0;                                                                \
+        for (i64 j = 0; j < n; j++) {                                                                \
+            arrived[j] = base[j];                                                                    \
+            tot += base[j] - ptr[j];                                                                 \
+        }                                                                                            \
+        /* After the first arrival every stream's pointer stands where its cut puts it. Then only  \
+         * stream i's latest time changes at an arrival of i: the cut of j != i moves only through \
+         * its term for i (kept as a running minimum), and only stream i gains a record. */        \
         for (i64 a = 0; a < na; a++) {                                                               \
             i64 i = arr_stream[a];                                                                   \
             arrived[i] += 1;                                                                         \
+            tot += 1;                                                                                \
             latest[i] = final_rank[i] != a ? arr_t[a] : pos;                                         \
+            if (a == 0)                                                                              \
+                for (i64 j = 0; j < n; j++) purge_cut_##SFX(latest, dist, n, j, cut, am, neg, pos);  \
             for (i64 j = 0; j < n; j++) {                                                            \
-                T cut = pos;                                                                         \
-                for (i64 k = 0; k < n; k++) {                                                        \
-                    if (k == j) continue;                                                            \
-                    T lk = latest[k], c;                                                             \
-                    if (lk == neg) c = neg;                                                          \
-                    else if (lk == pos) c = pos;                                                     \
-                    else c = sub_##SFX(lk, dist[j * n + k]);                                         \
-                    if (c < cut) cut = c;                                                            \
+                if (j != i && a > 0) {                                                               \
+                    T c = purge_term_##SFX(latest, dist, n, j, i, neg, pos);                         \
+                    if (c < cut[j]) {                                                                \
+                        cut[j] = c;                                                                  \
+                        am[j] = i;                                                                   \
+                    } else if (am[j] == i) {                                                         \
+                        purge_cut_##SFX(latest, dist, n, j, cut, am, neg, pos);                      \
+                    } else {                                                                         \
+                        continue; /* cut and records of j unchanged: its pointer stays */            \
+                    }                                                                                \
                 }                                                                                    \
-                if (cut == neg) continue;                                                            \
+                T cj = cut[j];                                                                       \
+                if (cj == neg) continue;                                                             \
                 i64 p = ptr[j], hi = arrived[j], o = offsets[j];                                     \
-                if (cut == pos) p = hi;                                                              \
+                if (cj == pos) p = hi;                                                               \
                 else                                                                                 \
-                    while (p < hi && times_flat[o + p] + slack < cut) p++;                           \
+                    while (p < hi && times_flat[o + p] + slack < cj) p++;                            \
                 if (ndrop > 0)                                                                       \
                     for (i64 q = ptr[j]; q < p; q++) drop_at[o + q] = a;                             \
+                tot -= p - ptr[j];                                                                   \
                 ptr[j] = p;                                                                          \
             }                                                                                        \
-            i64 tot = 0;                                                                             \
-            for (i64 j = 0; j < n; j++) {                                                            \
-                i64 b = arrived[j] - ptr[j];                                                         \
-                tot += b;                                                                            \
-                if (b > peak[j]) peak[j] = b;                                                        \
-            }                                                                                        \
+            /* only stream i's buffer grows (at the first arrival, every stream is checked) */      \
+            for (i64 j = a == 0 ? 0 : i; j < (a == 0 ? n : i + 1); j++)                              \
+                if (arrived[j] - ptr[j] > peak[j]) peak[j] = arrived[j] - ptr[j];                    \
             if (tot > pt) pt = tot;                                                                  \
         }                                                                                            \
         free(arrived);                                                                               \
+        free(am);                                                                                    \
+        free(cut);                                                                                   \
         return pt;                                                                                   \
     }
 

@@ -1,6 +1,6 @@
 """The W-join's compiled kernels (merge/_wjoin_kernel.py over merge/_wjoin_ckernel.c) against
 numpy references on random data: the arrival order of a chunk is what a lexsort of (time,
-stream, position) gives; a key index probe gives every record of the probe's hash that arrived
+stream, position) gives; the purge walk is the purge rule applied after every arrival; a key index probe gives every record of the probe's hash that arrived
 before it inside its period (and passes the band conjuncts), newest first, probe by probe."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from smerge.merge._wjoin_kernel import BAND_OPS, Band, KeyIndex, arrivals
+from smerge.merge._wjoin_kernel import BAND_OPS, INT_NEG, INT_POS, Band, KeyIndex, arrivals, purge_walk
 
 
 def _arrivals_reference(times, base):
@@ -116,3 +116,80 @@ def test_key_index_probe_grows_its_output():
                        np.array([n, n, 995], np.int64))
     assert p.tolist() == [0] * n + [2] * 5
     assert c.tolist() == list(range(n - 1, -1, -1)) + [994, 993, 992, 991, 990]
+
+
+def _purge_reference(arr_s, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at, peak,
+                     peak_total, neg, pos):
+    """The purge rule, literally: after every arrival, for every stream j, cut = min over k != j
+    of latest[k] - dist[j, k] (neg / pos as they are); records of j below the cut are dropped."""
+    n = ptr.shape[0]
+    arrived = base.copy()
+    pt = peak_total
+    for a in range(arr_s.shape[0]):
+        i = arr_s[a]
+        arrived[i] += 1
+        latest[i] = arr_t[a] if final_rank[i] != a else pos
+        for j in range(n):
+            cut = pos
+            for k in range(n):
+                if k != j:
+                    lk = latest[k]
+                    c = neg if lk == neg else pos if lk == pos else (
+                        (lk - dist[j, k]) if latest.dtype == np.float64 else
+                        np.int64((int(lk) - int(dist[j, k]) + 2**63) % 2**64 - 2**63))  # wraps as numpy does
+                    cut = min(cut, c)
+            if cut == neg:
+                continue
+            p = ptr[j]
+            if cut == pos:
+                p = arrived[j]
+            else:
+                while p < arrived[j] and times_flat[offsets[j] + p] + slack < cut:
+                    p += 1
+            drop_at[offsets[j] + ptr[j]:offsets[j] + p] = a
+            ptr[j] = p
+        for j in range(n):
+            peak[j] = max(peak[j], arrived[j] - ptr[j])
+        pt = max(pt, int((arrived - ptr).sum()))
+    return pt
+
+
+@st.composite
+def purge_case(draw):
+    n = draw(st.integers(2, 4))
+    floats = draw(st.booleans())
+    dt = np.float64 if floats else np.int64
+    neg, pos = (-np.inf, np.inf) if floats else (INT_NEG, INT_POS)
+    small = st.integers(-6, 6)
+    chunk = [np.sort(np.array(draw(st.lists(small, max_size=8)), dt)) for _ in range(n)]
+    buf = [np.sort(np.array(draw(st.lists(small, max_size=5)), dt)) - 6 for _ in range(n)]
+    times = [np.concatenate([b, c]) for b, c in zip(buf, chunk)]
+    base = np.array([b.shape[0] for b in buf], np.int64)
+    ptr = np.array([draw(st.integers(0, int(b))) for b in base], np.int64)
+    dvals = st.sampled_from([0, 1, 2, 5]) | (st.just(np.inf) if floats else st.sampled_from([INT_POS, 2**62]))
+    dist = np.array([[draw(dvals) for _ in range(n)] for _ in range(n)], dt)
+    latest = np.array([draw(st.sampled_from([neg, pos]) | small.map(lambda v: v - 7)) for _ in range(n)], dt)
+    arr_s, _, arr_t, _, last = arrivals(chunk, base)
+    final_rank = np.array([last[j] if draw(st.booleans()) else -1 for j in range(n)], np.int64)
+    peak = np.array([draw(st.integers(0, 4)) for _ in range(n)], np.int64)
+    return arr_s, arr_t, times, base, ptr, latest, dist, final_rank, peak, draw(st.integers(0, 6)), neg, pos
+
+
+@settings(max_examples=400, deadline=None)
+@given(purge_case())
+def test_purge_walk_is_the_rule_after_every_arrival(case):
+    arr_s, arr_t, times, base, ptr, latest, dist, final_rank, peak, peak_total, neg, pos = case
+    n = ptr.shape[0]
+    offsets = np.zeros(n + 1, np.int64)
+    offsets[1:] = np.cumsum([t.shape[0] for t in times])
+    flat = np.concatenate(times)
+    slack = latest.dtype.type(0)
+    want = [x.copy() for x in (ptr, latest, peak)] + [np.full(flat.shape[0], -1, np.int64)]
+    want_total = _purge_reference(arr_s, arr_t, flat, offsets, base, want[0], want[1], dist, slack, final_rank,
+                                  want[3], want[2], peak_total, neg, pos)
+    got = [x.copy() for x in (ptr, latest, peak)] + [np.full(flat.shape[0], -1, np.int64)]
+    got_total = purge_walk(arr_s, arr_t, flat, offsets, base, got[0], got[1], dist, slack, final_rank, got[3], got[2],
+                           peak_total, neg, pos)
+    assert got_total == want_total
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
