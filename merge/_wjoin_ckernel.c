@@ -122,7 +122,7 @@ PURGE_WALK(double, f64)
  * merge: what a lexsort of (time, stream, position) gives, in one pass). For arrival a:
  * arr_s[a] its stream, arr_pos[a] its position in that stream's buffer+chunk (base[s] + its
  * place in the chunk), arr_t[a] its time, pe[j * na + a] the records of stream j that arrived
- * before it (base[j] + its chunk records before a); last[j] receives the arrival index of
+ * before it (base[j] + its chunk records before a; not written when pe is NULL); last[j] receives the arrival index of
  * stream j's last chunk record (-1 when it has none). Returns 0, -1 when memory runs out. */
 #define ARRIVALS(T, SFX)                                                                            \
     i64 wj_arrivals_##SFX(i64 n, const T *t, const i64 *off, const i64 *base, i64 na, i64 *arr_s,   \
@@ -137,7 +137,7 @@ PURGE_WALK(double, f64)
             i64 best = -1;                                                                           \
             T bt = 0;                                                                                \
             for (i64 j = 0; j < n; j++) {                                                            \
-                pe[j * na + a] = base[j] + (cur[j] - off[j]);                                        \
+                if (pe) pe[j * na + a] = base[j] + (cur[j] - off[j]);                                \
                 if (cur[j] < off[j + 1] && (best < 0 || t[cur[j]] < bt)) {                           \
                     best = j;                                                                        \
                     bt = t[cur[j]];                                                                  \
@@ -222,63 +222,95 @@ oom:
 
 /* An equality index of one stream's buffered+chunk records, built once per chunk and shared by
  * every probe into that stream: the positions 0..nrec-1 grouped by their 64-bit key hash
- * (groups in order of first position; positions ascending within a group). slot_h / slot_g
- * (mask + 1 entries, slot_g all -1 on entry) become an open-addressing table hash -> group;
- * gstart[g]..gstart[g+1] is group g's range of pos (gstart needs nrec + 1 entries); gid is
- * scratch (nrec). Returns the number of groups. */
-i64 wj_key_index(const u64 *hashes, i64 nrec, i64 mask, u64 *slot_h, i64 *slot_g, i64 *gid, i64 *gstart,
-                 i64 *pos) {
+ * (groups in order of first position; positions ascending within a group): gstart[g] ..
+ * gstart[g+1] is group g's range of pos (gstart needs nrec + 1 entries). Returns the number of
+ * groups, -1 when memory runs out. Then wj_key_table puts the groups in an open-addressing
+ * table (hash -> group + 1, 0: empty slot) sized by the groups, not the records (a probe's
+ * first, random, access: 16 bytes a slot, in one cache line). */
+typedef struct {
+    u64 h;
+    i64 g1;
+} key_slot;
+
+static inline i64 key_find(const key_slot *t, i64 mask, u64 hv) {
+    i64 s = (i64)(hv & (u64)mask);
+    while (t[s].g1 != 0 && t[s].h != hv) s = (s + 1) & mask;
+    return s;
+}
+
+i64 wj_key_index(const u64 *hashes, i64 nrec, i64 *gstart, i64 *pos) {
+    i64 cap = 16;
+    while (cap < 2 * nrec) cap *= 2;
+    key_slot *t = (key_slot *)calloc((size_t)cap, sizeof(key_slot)); /* zero pages: touched as used */
+    i64 *gid = (i64 *)malloc(sizeof(i64) * (size_t)(nrec > 0 ? nrec : 1));
+    if (!t || !gid) {
+        free(t);
+        free(gid);
+        return -1;
+    }
     i64 ng = 0;
     for (i64 r = 0; r < nrec; r++) {
-        u64 hv = hashes[r];
-        i64 s = (i64)(hv & (u64)mask);
-        while (slot_g[s] != -1 && slot_h[s] != hv) s = (s + 1) & mask;
-        if (slot_g[s] == -1) {
-            slot_g[s] = ng;
-            slot_h[s] = hv;
-            gstart[ng++] = 0;
+        i64 s = key_find(t, cap - 1, hashes[r]);
+        if (t[s].g1 == 0) {
+            t[s].h = hashes[r];
+            t[s].g1 = ++ng;
+            gstart[ng - 1] = 0;
         }
-        gid[r] = slot_g[s];
+        gid[r] = t[s].g1 - 1;
         gstart[gid[r]]++;
     }
     for (i64 g = 0, acc = 0; g < ng; g++) gstart[g] = acc += gstart[g]; /* group ends */
     for (i64 r = nrec - 1; r >= 0; r--) pos[--gstart[gid[r]]] = r;     /* now group starts */
     gstart[ng] = nrec;
+    free(t);
+    free(gid);
     return ng;
 }
 
-/* HW-join probe through a key index (wj_key_index; gt[k] = the time of record pos[k]): for
- * each partial tuple p from p0 on, the records of its hash group that arrived before it (position
- * < pe[p]) with lo[p] <= time <= hi[p] (and the band conjuncts, see band_ok), newest first:
- * a binary search for pe[p] in the group, then a walk back to the first record older than lo[p].
- * Pairs (p, position) are written at *total_io onwards into out_parent / out_cand (cap entries).
- * Returns m when done (*total_io = the number of pairs; it stops after limit + 1 of them), or
- * the p whose pairs did not fit (*total_io = the pairs before it): grow the arrays, call again
- * from there. Probes are independent: any order, any number of calls. */
+/* slots: mask + 1 zeroed key_slot entries (mask + 1 >= 2 ng) */
+void wj_key_table(const u64 *hashes, const i64 *pos, const i64 *gstart, i64 ng, i64 mask, key_slot *slots) {
+    for (i64 g = 0; g < ng; g++) {
+        u64 hv = hashes[pos[gstart[g]]];
+        i64 s = key_find(slots, mask, hv);
+        slots[s].h = hv;
+        slots[s].g1 = g + 1;
+    }
+}
+
+/* HW-join probe through a key index (wj_key_index, wj_key_table; gt[k] = the time of record
+ * pos[k]): for each partial tuple p from p0 on, the records of its hash group that arrived
+ * before its arriving record (time ta[p]: a record of the probed stream arrived before it when
+ * its time is below ta[p], or equal and the probed stream's number is lower: strict = 0, else
+ * 1 — the arrival order) with lo[p] <= time <= hi[p] (and the band conjuncts, see band_ok),
+ * newest first: a binary search in the group for the last such record, then a walk back to the
+ * first record older than lo[p]. Pairs (p, position) are written at *total_io onwards into
+ * out_parent / out_cand (cap entries). Returns m when done (*total_io = the number of pairs; it
+ * stops after limit + 1 of them), or the p whose pairs did not fit (*total_io = the pairs before
+ * it): grow the arrays, call again from there. Probes are independent: any order, any number of
+ * calls. The table slot of the probe KEY_AHEAD places on is prefetched (the keys are random). */
+#define KEY_AHEAD 8
 #define KEY_PROBE(T, SFX)                                                                              \
-    i64 wj_key_probe_##SFX(i64 mask, const u64 *slot_h, const i64 *slot_g, const i64 *gstart,          \
-                           const i64 *pos, const T *gt, i64 m, const u64 *h, const T *lo, const T *hi, \
-                           const i64 *pe, i64 limit, i64 nb, const i64 *ops, const double *cv,         \
-                           i64 ncand, const double *pv, i64 p0, i64 cap, i64 *out_parent,               \
-                           i64 *out_cand, i64 *total_io) {                                             \
+    i64 wj_key_probe_##SFX(i64 mask, const key_slot *slots, const i64 *gstart, const i64 *pos,         \
+                           const T *gt, i64 m, const u64 *h, const T *lo, const T *hi, const T *ta,    \
+                           i64 strict, i64 limit, i64 nb, const i64 *ops, const double *cv, i64 ncand, \
+                           const double *pv, i64 p0, i64 cap, i64 *out_parent, i64 *out_cand,          \
+                           i64 *total_io) {                                                            \
         i64 total = *total_io;                                                                         \
         for (i64 p = p0; p < m; p++) {                                                                 \
-            u64 hp = h[p];                                                                             \
-            i64 s = (i64)(hp & (u64)mask);                                                             \
-            while (slot_g[s] != -1 && slot_h[s] != hp) s = (s + 1) & mask;                            \
-            i64 g = slot_g[s];                                                                         \
+            if (p + KEY_AHEAD < m) __builtin_prefetch(&slots[h[p + KEY_AHEAD] & (u64)mask]);           \
+            i64 g = slots[key_find(slots, mask, h[p])].g1 - 1;                                         \
             if (g < 0) continue;                                                                       \
-            i64 g0 = gstart[g], a = g0, b = gstart[g + 1], e = pe[p], t0 = total;                      \
-            while (a < b) { /* the first record of the group at or after pe[p] */                     \
+            i64 g0 = gstart[g], a = g0, b = gstart[g + 1], t0 = total;                                 \
+            T lp = lo[p], up = hi[p], tp = ta[p];                                                      \
+            while (a < b) { /* the first record of the group past hi[p] or not before ta[p] */        \
                 i64 mid = a + (b - a) / 2;                                                             \
-                if (pos[mid] < e) a = mid + 1;                                                         \
+                T t = gt[mid];                                                                         \
+                if (t <= up && (t < tp || (!strict && t == tp))) a = mid + 1;                          \
                 else b = mid;                                                                          \
             }                                                                                          \
-            T lp = lo[p], up = hi[p];                                                                  \
             for (i64 k = a - 1; k >= g0; k--) {                                                        \
-                T t = gt[k];                                                                           \
-                if (t < lp) break;                                                                     \
-                if (t <= up && (nb == 0 || band_ok(nb, ops, cv, ncand, pos[k], pv, m, p))) {           \
+                if (gt[k] < lp) break;                                                                 \
+                if (nb == 0 || band_ok(nb, ops, cv, ncand, pos[k], pv, m, p)) {                        \
                     if (total > limit) {                                                               \
                         *total_io = total;                                                             \
                         return m;                                                                      \

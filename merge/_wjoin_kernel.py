@@ -35,11 +35,13 @@ def _load() -> ctypes.CDLL:
         f.argtypes = [_i64, _p, _p, _p, _i64, _p, _p, _p, _p, _p]
         f.restype = _i64
         f = getattr(lib, f"wj_key_probe_{sfx}")
-        f.argtypes = [_i64, _p, _p, _p, _p, _p, _i64, _p, _p, _p, _p, _i64, _i64, _p, _p, _i64, _p, _i64, _i64, _p, _p,
-                      ctypes.POINTER(_i64)]
+        f.argtypes = [_i64, _p, _p, _p, _p, _i64, _p, _p, _p, _p, _i64, _i64, _i64, _p, _p, _i64, _p, _i64, _i64, _p,
+                      _p, ctypes.POINTER(_i64)]
         f.restype = _i64
-    lib.wj_key_index.argtypes = [_p, _i64, _i64, _p, _p, _p, _p, _p]
+    lib.wj_key_index.argtypes = [_p, _i64, _p, _p]
     lib.wj_key_index.restype = _i64
+    lib.wj_key_table.argtypes = [_p, _p, _p, _i64, _i64, _p]
+    lib.wj_key_table.restype = None
     lib.wj_range_probe.argtypes = [_i64, _p, _p, _i64, _p, _p, _i64, _p, _i64, ctypes.POINTER(_p), ctypes.POINTER(_p)]
     lib.wj_range_probe.restype = _i64
     lib.wj_free.argtypes = [_p]
@@ -136,13 +138,14 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
     return r
 
 
-def arrivals(times: list[np.ndarray], base: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
-                                                                  np.ndarray]:
+def arrivals(times: list[np.ndarray], base: np.ndarray, with_pe: bool = True) -> tuple[np.ndarray, np.ndarray,
+                                                                                        np.ndarray, np.ndarray | None,
+                                                                                        np.ndarray]:
     """A chunk's arrival order from each stream's chunk times (sorted; ``base[j]`` records of
     stream j buffered before them): by time, ties by stream number, then position, merged in
     one compiled pass. Returns (stream, position in the stream's buffer+chunk, time) per
     arrival; ``pe`` (n x arrivals): ``pe[j, a]`` = records of stream j that arrived before
-    arrival a (buffered ones included); ``last[j]``: the index of stream j's last arrival (-1:
+    arrival a (buffered ones included; None unless ``with_pe``); ``last[j]``: the index of stream j's last arrival (-1:
     none)."""
     n = len(times)
     dt = np.dtype(times[0].dtype) if n else np.dtype(np.int64)
@@ -154,9 +157,10 @@ def arrivals(times: list[np.ndarray], base: np.ndarray) -> tuple[np.ndarray, np.
     base = np.ascontiguousarray(base, i8)
     na = t.shape[0]
     arr_s, arr_pos, arr_t = np.empty(na, i8), np.empty(na, i8), np.empty(na, dt)
-    pe, last = np.empty((n, na), i8), np.empty(n, i8)
+    pe, last = np.empty((n, na), i8) if with_pe else None, np.empty(n, i8)
     if getattr(_LIB, f"wj_arrivals_{sfx}")(n, _ptr(t, dt), _ptr(off, i8), _ptr(base, i8), na, _ptr(arr_s, i8),
-                                            _ptr(arr_pos, i8), _ptr(arr_t, dt), _ptr(pe, i8), _ptr(last, i8)) < 0:
+                                            _ptr(arr_pos, i8), _ptr(arr_t, dt), None if pe is None else _ptr(pe, i8),
+                                            _ptr(last, i8)) < 0:
         raise MemoryError("W-join arrival order: out of memory")
     return arr_s, arr_pos, arr_t, pe, last
 
@@ -176,44 +180,47 @@ def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.
 class KeyIndex:
     """One stream's buffered+chunk records (time-ordered positions) grouped by a 64-bit key hash
     (``wj_key_index`` in C), built once per chunk and shared by every probe into the stream:
-    each group holds its positions in order, so a probe finds by binary search the records that
-    arrived before its probing record and walks back from the newest to the start of its period.
+    each group holds its positions in time order, so a probe finds by binary search the newest
+    record that arrived before its arriving record and walks back to the start of its period.
     Probes need no order."""
 
     def __init__(self, hashes: np.ndarray, times: np.ndarray):
         n = hashes.shape[0]
+        hashes = np.ascontiguousarray(hashes, np.uint64)
+        gstart = np.empty(n + 1, np.int64)
+        self._pos = np.empty(n, np.int64)
+        ng = _LIB.wj_key_index(_ptr(hashes, np.uint64), n, _ptr(gstart, np.int64), _ptr(self._pos, np.int64))
+        if ng < 0:
+            raise MemoryError("W-join key index: out of memory")
+        self._gstart = gstart[:ng + 1].copy()
         cap = 16
-        while cap < 2 * n:
+        while cap < 2 * ng:
             cap *= 2
         self.mask = cap - 1
-        hashes = np.ascontiguousarray(hashes, np.uint64)
-        self._slot_h = np.empty(cap, np.uint64)  # read only where _slot_g is set
-        self._slot_g = np.full(cap, -1, np.int64)
-        gstart, gid = np.empty(n + 1, np.int64), np.empty(n, np.int64)  # gid: scratch
-        self._pos = np.empty(n, np.int64)
-        ng = _LIB.wj_key_index(_ptr(hashes, np.uint64), n, self.mask, _ptr(self._slot_h, np.uint64),
-                               _ptr(self._slot_g, np.int64), _ptr(gid, np.int64),
-                               _ptr(gstart, np.int64), _ptr(self._pos, np.int64))
-        self._gstart = gstart[:ng + 1].copy()
+        self._slots = np.zeros((cap, 2), np.uint64)  # (hash, group + 1) per slot, 0: empty
+        _LIB.wj_key_table(_ptr(hashes, np.uint64), _ptr(self._pos, np.int64), _ptr(self._gstart, np.int64), ng,
+                          self.mask, _ptr(self._slots, np.uint64))
         self._gt = np.ascontiguousarray(times[self._pos])
 
-    def probe(self, h: np.ndarray, lo: np.ndarray, hi: np.ndarray, pe: np.ndarray, limit: int = 2**62,
-              band: Band | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def probe(self, h: np.ndarray, lo: np.ndarray, hi: np.ndarray, ta: np.ndarray, strict: bool,
+              limit: int = 2**62, band: Band | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(parent, candidate position) pairs: the records in probe p's group (hash ``h[p]``)
-        with lo <= t <= hi among the first ``pe[p]`` positions, grouped by probe in order,
-        newest first. More than ``limit`` pairs: the walk stops after ``limit`` + 1 of them
-        (memory bounded by the limit); the caller must not use that result, only its size.
-        ``band``: conjuncts a pair must pass."""
+        with lo <= t <= hi that arrived before probe p's arriving record, whose time is ``ta[p]``:
+        t < ta[p], or t == ta[p] unless ``strict`` (the probed stream comes after the arriving
+        one in arrival order's ties). Grouped by probe in order, newest first. More than
+        ``limit`` pairs: the walk stops after ``limit`` + 1 of them (memory bounded by the
+        limit); the caller must not use that result, only its size. ``band``: conjuncts a pair
+        must pass."""
         m = h.shape[0]
         if self._pos.shape[0] == 0 or m == 0:
             return np.empty(0, np.int64), np.empty(0, np.int64)
         dt = self._gt.dtype
         f = getattr(_LIB, f"wj_key_probe_{_sfx(dt)[0]}")
-        h, pe = np.ascontiguousarray(h, np.uint64), np.ascontiguousarray(pe, np.int64)
-        lo, hi = np.ascontiguousarray(lo, dt), np.ascontiguousarray(hi, dt)
-        fixed = (self.mask, _ptr(self._slot_h, np.uint64), _ptr(self._slot_g, np.int64), _ptr(self._gstart, np.int64),
-                 _ptr(self._pos, np.int64), _ptr(self._gt, dt), m, _ptr(h, np.uint64), _ptr(lo, dt), _ptr(hi, dt),
-                 _ptr(pe, np.int64), int(limit), *(band or _NO_BAND).args(m))
+        h = np.ascontiguousarray(h, np.uint64)
+        lo, hi, ta = np.ascontiguousarray(lo, dt), np.ascontiguousarray(hi, dt), np.ascontiguousarray(ta, dt)
+        fixed = (self.mask, _ptr(self._slots, np.uint64), _ptr(self._gstart, np.int64), _ptr(self._pos, np.int64),
+                 _ptr(self._gt, dt), m, _ptr(h, np.uint64), _ptr(lo, dt), _ptr(hi, dt), _ptr(ta, dt), int(strict),
+                 int(limit), *(band or _NO_BAND).args(m))
         cap = 2 * m + 16
         out_p, out_c = np.empty(cap, np.int64), np.empty(cap, np.int64)
         total, p = _i64(0), 0

@@ -210,8 +210,10 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         comb_row.append(np.concatenate([s.buf_row, s.pend_row[:k]]))
         comb_tab.append(pa.concat_tables([s.buf, s.pend.slice(0, k)]).combine_chunks())
     # arrival order: by time, then stream number, then position; pe[j][a] = records of stream j
-    # that arrived before arrival a (buffer end for a)
-    arr_s, arr_pos, arr_t, pe, last = arrivals([comb_t[i][base[i]:] for i in range(n)], base)
+    # that arrived before arrival a (buffer end for a), for the NLW-join's time ranges (a hash probe
+    # bounds its walk by the arrival's time and the streams' order instead)
+    arr_s, arr_pos, arr_t, pe, last = arrivals([comb_t[i][base[i]:] for i in range(n)], base,
+                                               with_pe=plan.hash_terms is None)
     for j in range(n):
         if st[j].done and takes[j] == st[j].pend_t.shape[0] and takes[j] > 0:
             final_rank[j] = last[j]
@@ -421,14 +423,14 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         if hashed:
             if ("index", j) not in buckets:  # one per probed stream and chunk, shared by its probes
                 buckets[("index", j)] = KeyIndex(comb_h[j], comb_t[j])
-            parent, cand = buckets[("index", j)].probe(h, lo, hi, pe[j][a_idx], limit, band)
+            parent, cand = buckets[("index", j)].probe(h, lo, hi, tim[i], j > i, limit, band)
         elif probes:
             key = ("index", j, tuple(p[0].name for p in probes))
             if key not in pair_buckets:
                 pair_buckets[key] = KeyIndex(hash_terms(comb_tab[j], [p[0] for p in probes]), comb_t[j])
             hp = hash_values([(N.take(comb_tab[cb.stream].column(cb.name), mem[cb.stream]), cj.kind) for cj, cb in probes],
                              a_idx.shape[0])
-            parent, cand = pair_buckets[key].probe(hp, lo, hi, pe[j][a_idx], limit, band)
+            parent, cand = pair_buckets[key].probe(hp, lo, hi, tim[i], j > i, limit, band)
         else:
             start = np.searchsorted(comb_t[j], lo, "left").astype(np.int64)
             end = np.minimum(np.searchsorted(comb_t[j], hi, "right"), pe[j][a_idx]).astype(np.int64)

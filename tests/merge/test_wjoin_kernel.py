@@ -57,11 +57,12 @@ def test_arrivals_worked_example():
     assert last.tolist() == [3, 4, -1]
 
 
-def _probe_reference(hashes, times, h, lo, hi, pe, band_ops, cv, pv):
+def _probe_reference(hashes, times, h, lo, hi, ta, strict, band_ops, cv, pv):
     parent, cand = [], []
     for p in range(h.shape[0]):
-        for q in reversed(range(min(int(pe[p]), hashes.shape[0]))):
-            ok = hashes[q] == h[p] and lo[p] <= times[q] <= hi[p]
+        for q in reversed(range(hashes.shape[0])):
+            ok = hashes[q] == h[p] and lo[p] <= times[q] <= hi[p] and (times[q] < ta[p] or (times[q] == ta[p]
+                                                                                            and not strict))
             for op, c, v in zip(band_ops, cv, pv):
                 ok = ok and {0: c[q] < v[p], 1: c[q] <= v[p], 2: c[q] > v[p], 3: c[q] >= v[p]}[op]
             if ok:
@@ -81,27 +82,27 @@ def probe_case(draw):
     h = np.array(draw(st.lists(keys, min_size=m, max_size=m)), np.uint64)
     lo = np.array(draw(st.lists(st.integers(-7, 5), min_size=m, max_size=m)), dt)
     hi = lo + np.array(draw(st.lists(st.integers(-1, 8), min_size=m, max_size=m)), dt)
-    pe = np.array(draw(st.lists(st.integers(0, nrec + 2), min_size=m, max_size=m)), np.int64)
+    ta = np.array(draw(st.lists(st.integers(-6, 6), min_size=m, max_size=m)), dt)
     nb = draw(st.integers(0, 2))
     vals = st.sampled_from([-1.0, 0.0, 1.0, float("nan")])
     ops = [draw(st.sampled_from(list(BAND_OPS.values()))) for _ in range(nb)]
     cv = [np.array(draw(st.lists(vals, min_size=nrec, max_size=nrec)), np.float64) for _ in range(nb)]
     pv = [np.array(draw(st.lists(vals, min_size=m, max_size=m)), np.float64) for _ in range(nb)]
-    return hashes, times, h, lo, hi, pe, ops, cv, pv
+    return hashes, times, h, lo, hi, ta, draw(st.booleans()), ops, cv, pv
 
 
 @settings(max_examples=400, deadline=None)
 @given(probe_case(), st.integers(0, 40))
 def test_key_index_probe_is_the_brute_force_scan(case, limit):
-    hashes, times, h, lo, hi, pe, ops, cv, pv = case
+    hashes, times, h, lo, hi, ta, strict, ops, cv, pv = case
     index = KeyIndex(hashes, times)
-    want_p, want_c = _probe_reference(hashes, times, h, lo, hi, pe, ops, cv, pv)
+    want_p, want_c = _probe_reference(hashes, times, h, lo, hi, ta, strict, ops, cv, pv)
     band = Band(ops, cv, pv) if ops and hashes.shape[0] and h.shape[0] else None
-    got_p, got_c = index.probe(h, lo, hi, pe, band=band)
+    got_p, got_c = index.probe(h, lo, hi, ta, strict, band=band)
     np.testing.assert_array_equal(got_p, want_p)
     np.testing.assert_array_equal(got_c, want_c)
     # stopped after limit + 1 pairs: those are the first ones
-    lim_p, lim_c = index.probe(h, lo, hi, pe, limit, band)
+    lim_p, lim_c = index.probe(h, lo, hi, ta, strict, limit, band)
     k = min(want_p.shape[0], limit + 1)
     np.testing.assert_array_equal(lim_p, want_p[:k])
     np.testing.assert_array_equal(lim_c, want_c[:k])
@@ -113,9 +114,17 @@ def test_key_index_probe_grows_its_output():
     index = KeyIndex(np.full(n, 7, np.uint64), np.arange(n, dtype=np.int64))
     h = np.array([7, 8, 7], np.uint64)
     p, c = index.probe(h, np.array([0, 0, 990], np.int64), np.array([n, n, n], np.int64),
-                       np.array([n, n, 995], np.int64))
+                       np.array([n, n, 995], np.int64), True)
     assert p.tolist() == [0] * n + [2] * 5
     assert c.tolist() == list(range(n - 1, -1, -1)) + [994, 993, 992, 991, 990]
+
+
+def test_key_index_probe_ties_follow_the_stream_order():
+    # records at the arriving record's time arrived before it only from a lower-numbered stream
+    index = KeyIndex(np.zeros(4, np.uint64), np.array([1, 2, 2, 3], np.int64))
+    args = (np.zeros(1, np.uint64), np.array([0], np.int64), np.array([9], np.int64), np.array([2], np.int64))
+    assert index.probe(*args, False)[1].tolist() == [2, 1, 0]
+    assert index.probe(*args, True)[1].tolist() == [0]
 
 
 def _purge_reference(arr_s, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at, peak,
