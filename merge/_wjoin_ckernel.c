@@ -332,6 +332,33 @@ void wj_key_table(const u64 *hashes, const i64 *pos, const i64 *gstart, i64 ng, 
 KEY_PROBE(i64, i64)
 KEY_PROBE(double, f64)
 
+/* The equality hashes' arithmetic (merge/wjoin_hashing.py; merge/hashing.py's mix64 in numpy is
+ * the reference): splitmix64's finaliser, in one pass instead of numpy's temporary per step. */
+static inline u64 mix64(u64 x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+/* out[r] = mix64 of the bits of v[r] with NaN as 0.0 and -0.0 as 0.0 (a numeric key's hash) */
+void wj_hash_f64(const double *v, i64 n, u64 *out) {
+    for (i64 r = 0; r < n; r++) {
+        double d = v[r];
+        if (d != d) d = 0.0;
+        d = d + 0.0; /* -0.0 -> 0.0 */
+        u64 b;
+        memcpy(&b, &d, sizeof b);
+        out[r] = mix64(b);
+    }
+}
+
+/* h[r] = mix64(h[r] * 31 + x[r]): one more column of a key, in place */
+void wj_hash_combine(u64 *h, const u64 *x, i64 n) {
+    for (i64 r = 0; r < n; r++) h[r] = mix64(h[r] * 31u + x[r]);
+}
+
 void wj_free(void *p) { free(p); }
 
 static struct PyModuleDef wjoin_ckernel_module = {PyModuleDef_HEAD_INIT, "_wjoin_ckernel",

@@ -42,6 +42,10 @@ def _load() -> ctypes.CDLL:
     lib.wj_key_index.restype = _i64
     lib.wj_key_table.argtypes = [_p, _p, _p, _i64, _i64, _p]
     lib.wj_key_table.restype = None
+    lib.wj_hash_f64.argtypes = [_p, _i64, _p]
+    lib.wj_hash_f64.restype = None
+    lib.wj_hash_combine.argtypes = [_p, _p, _i64]
+    lib.wj_hash_combine.restype = None
     lib.wj_range_probe.argtypes = [_i64, _p, _p, _i64, _p, _p, _i64, _p, _i64, ctypes.POINTER(_p), ctypes.POINTER(_p)]
     lib.wj_range_probe.restype = _i64
     lib.wj_free.argtypes = [_p]
@@ -163,6 +167,23 @@ def arrivals(times: list[np.ndarray], base: np.ndarray, with_pe: bool = True) ->
                                             _ptr(last, i8)) < 0:
         raise MemoryError("W-join arrival order: out of memory")
     return arr_s, arr_pos, arr_t, pe, last
+
+
+def hash_f64(v: np.ndarray) -> np.ndarray:
+    """``mix64`` of the float64 values' bits, NaN as 0.0 and -0.0 as 0.0, in one compiled pass."""
+    v = np.ascontiguousarray(v, np.float64)
+    out = np.empty(v.shape[0], np.uint64)
+    _LIB.wj_hash_f64(_ptr(v, np.float64), v.shape[0], _ptr(out, np.uint64))
+    return out
+
+
+def hash_combine(h: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``h = mix64(h * 31 + x)`` (uint64, wrapping) in place, in one compiled pass; returns ``h``."""
+    x = np.ascontiguousarray(x, np.uint64)
+    if h.shape != x.shape:
+        raise ValueError("hash_combine: h and x differ in length")
+    _LIB.wj_hash_combine(_ptr(h, np.uint64), _ptr(x, np.uint64), h.shape[0])
+    return h
 
 
 def expand_ranges(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from smerge.merge import expr as X
+from smerge.merge._wjoin_kernel import hash_combine, hash_f64
 from smerge.merge.hashing import mix64 as _mix
 from smerge.merge.arrays import one_chunk, values
 from smerge.merge.wjoin_numpy import _PER_S
@@ -21,9 +22,7 @@ def hash_column(col: pa.ChunkedArray | pa.Array, kind: str) -> np.ndarray:
         v = values(col)
         if v is None:  # NULLs: Arrow's cast
             v = X.to_numpy(X.cast(col, pa.float64(), safe=False))
-        v = v.astype(np.float64, copy=False)
-        v = np.where(np.isnan(v), 0.0, v) + 0.0  # NULL/NaN never match; -0.0 -> 0.0
-        return _mix(v.view(np.uint64))
+        return hash_f64(v)  # mix64 of the float64 bits; NULL/NaN as 0.0 (never match: re-checked), -0.0 as 0.0
     if kind == "time":
         # (seconds, nanoseconds within the second) from the column's own unit: equal instants
         # hash equal across units, and dates outside 1678-2262 never overflow a cast to ns.
@@ -68,9 +67,8 @@ def _hash_strings(col) -> np.ndarray:
 def hash_values(columns: Sequence[tuple[pa.Array | pa.ChunkedArray, str]], rows: int) -> np.ndarray:
     """One hash per row over several (column, term kind) pairs, in order."""
     h = np.zeros(rows, np.uint64)
-    with np.errstate(over="ignore"):
-        for col, kind in columns:
-            h = _mix(h * np.uint64(31) + hash_column(col, kind))
+    for col, kind in columns:
+        hash_combine(h, hash_column(col, kind))  # h = mix64(h * 31 + hash), wrapping
     return h
 
 

@@ -6,6 +6,7 @@ before it inside its period (and passes the band conjuncts), newest first, probe
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -202,3 +203,37 @@ def test_purge_walk_is_the_rule_after_every_arrival(case):
     assert got_total == want_total
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+FLOAT_VALUES = st.floats(allow_nan=True, allow_infinity=True) | st.sampled_from([-0.0, 0.0, float("nan"), 2.0**53 + 1])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(FLOAT_VALUES, max_size=30), st.lists(st.integers(-(2**63), 2**63 - 1), max_size=30))
+def test_compiled_key_hashes_are_the_numpy_formula(floats, ints):
+    from smerge.merge.hashing import mix64
+    from smerge.merge.wjoin_hashing import hash_column, hash_values
+
+    def numpy_hash(v):  # the formula: mix64 of the float64 bits, NaN as 0.0, -0.0 as 0.0
+        v = np.asarray(v).astype(np.float64)
+        return mix64((np.where(np.isnan(v), 0.0, v) + 0.0).view(np.uint64))
+
+    f = pa.array(floats, pa.float64())
+    i = pa.array(ints, pa.int64())
+    np.testing.assert_array_equal(hash_column(f, "num"), numpy_hash(floats))
+    np.testing.assert_array_equal(hash_column(i, "num"), numpy_hash(np.array(ints, np.int64)))
+    k = min(len(floats), len(ints))
+    cols = [(f.slice(0, k), "num"), (i.slice(0, k), "num")]
+    with np.errstate(over="ignore"):
+        want = np.zeros(k, np.uint64)
+        for col, kind in cols:
+            want = mix64(want * np.uint64(31) + hash_column(col, kind))
+    np.testing.assert_array_equal(hash_values(cols, k), want)
+
+
+def test_numeric_key_hash_worked_values():
+    from smerge.merge.wjoin_hashing import hash_column
+
+    h = hash_column(pa.array([0.0, -0.0, float("nan"), None, 1.0], pa.float64()), "num").tolist()
+    assert h[0] == h[1] == h[2] == h[3] == 0  # mix64(0) = 0: -0.0, NaN and NULL hash as 0.0
+    assert h[4] == 0x2A20CD80798DAE26  # splitmix64's finaliser of 1.0's bits, 0x3FF0000000000000
