@@ -18,8 +18,13 @@
 typedef int64_t i64;
 typedef uint64_t u64;
 
-/* a - b wrapping on overflow, as numpy's int64 arithmetic does */
-static inline i64 sub_i64(i64 a, i64 b) { return (i64)((u64)a - (u64)b); }
+/* a - b saturating at the int64 range (wrapping would turn a cut far below every time into one
+ * above them: a purge of records still in the window) */
+static inline i64 sub_i64(i64 a, i64 b) {
+    i64 r;
+    if (__builtin_sub_overflow(a, b, &r)) return b > 0 ? INT64_MIN : INT64_MAX;
+    return r;
+}
 static inline double sub_f64(double a, double b) { return a - b; }
 
 /* Replay one chunk's arrivals; advance each stream's purge pointer after every arrival.

@@ -361,6 +361,16 @@ def _band(terms, comb_tab, mem, cache: dict) -> Band:
                 [values(*t.par)[mem[t.par[0]]] for t in terms])
 
 
+def _int_period(t: np.ndarray, d) -> tuple[np.ndarray, np.ndarray]:
+    """[t - d, t + d] for int64 times, in int64 (float64 would round times beyond 2**53, such as
+    nanoseconds since 1970, by up to 128 ns), saturating at the int64 range: no bound there."""
+    lo, hi = t - d, t + d  # wraps on overflow (arrays do not warn)
+    if d > 0:
+        np.copyto(lo, INT_NEG, where=lo > t)
+        np.copyto(hi, INT_POS, where=hi < t)
+    return lo, hi
+
+
 class _Split(Exception):
     """A block of arrivals would form too many partial tuples at once: halve it."""
 
@@ -414,7 +424,7 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
         lo = hi = None
         for b in bound:
             d = plan.dist[b, j]
-            l_, h_ = tim[b] - d - slack, tim[b] + d + slack
+            l_, h_ = (tim[b] - d - slack, tim[b] + d + slack) if plan.dtype is np.float64 else _int_period(tim[b], d)
             lo = l_ if lo is None else np.maximum(lo, l_)
             hi = h_ if hi is None else np.minimum(hi, h_)
         probes = [] if hashed or pair_buckets is None else _pair_probe(plan, j, bound, plan.level_conj[i][lvl])

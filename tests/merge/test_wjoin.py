@@ -321,3 +321,33 @@ def test_plain_number_window_is_in_the_timestamps_own_unit():
     with pytest.raises(UsageError, match="different units"):
         list(wjoin([iter(t1.to_batches()), iter(t3.to_batches())], [t1.schema, t3.schema],
                    WJoinParams(2, ("t",), window=Duration(1))))
+
+
+@pytest.mark.parametrize("on", [("k",), ()])
+def test_nanosecond_times_beyond_2_53_bound_the_window_exactly(on):
+    """Times in ns since 1970 (~1.7e18, beyond float64's exact integers): the window's bounds are
+    int64, not rounded to float64's 256 ns steps (a pair 1,118 ns apart joined with a 1 us window)."""
+    base = 1_700_000_000_000_000_000
+    offs = list(range(-1300, 1301, 7))
+    a = pa.table({"t": pa.array([base, base + 3], pa.timestamp("ns")), "k": [1, 1]})
+    b = pa.table({"t": pa.array([base + o for o in offs], pa.timestamp("ns")), "k": [1] * len(offs)})
+    out = run([a, b], WJoinParams(2, ("t",), window=Duration(1, "us"), on=on), batch=50)
+    got = sorted(zip(out.column("S1_t").cast(pa.int64()).to_pylist(), out.column("S2_t").cast(pa.int64()).to_pylist()))
+    want = sorted((ta, base + o) for ta in (base, base + 3) for o in offs if abs(base + o - ta) <= 1000)
+    assert got == want
+
+
+@pytest.mark.parametrize("on", [("k",), ()])
+def test_int_times_near_the_int64_range_saturate_the_window(on):
+    """Window bounds and purge cuts past int64's range bound nothing there (no wrap-around: a cut
+    wrapped to the top of the range would purge records still inside the window)."""
+    w = 2**61 - 1
+    t1 = [-(2**63) + 5, -(2**62), 0, 2**62, 2**63 - 2]
+    t2 = [-(2**63) + 1, -(2**63) + w, -(2**62) + 1, 1, 2**62 + 1, 2**63 - 1 - w + 3, 2**63 - 1]
+    a = pa.table({"t": pa.array(t1, pa.int64()), "k": [1] * len(t1)})
+    b = pa.table({"t": pa.array(t2, pa.int64()), "k": [1] * len(t2)})
+    out = run([a, b], WJoinParams(2, ("t",), window=w, on=on), batch=2)
+    got = sorted(zip(out.column("S1_t").to_pylist(), out.column("S2_t").to_pylist()))
+    want = sorted((x, y) for x in t1 for y in t2 if abs(x - y) <= w)
+    assert len(want) == 7  # two of them with a bound past the range
+    assert got == want

@@ -131,7 +131,8 @@ def test_key_index_probe_ties_follow_the_stream_order():
 def _purge_reference(arr_s, arr_t, times_flat, offsets, base, ptr, latest, dist, slack, final_rank, drop_at, peak,
                      peak_total, neg, pos):
     """The purge rule, literally: after every arrival, for every stream j, cut = min over k != j
-    of latest[k] - dist[j, k] (neg / pos as they are); records of j below the cut are dropped."""
+    of latest[k] - dist[j, k] (neg / pos as they are; int64 saturating: a cut below the range
+    drops nothing); records of j below the cut are dropped."""
     n = ptr.shape[0]
     arrived = base.copy()
     pt = peak_total
@@ -146,7 +147,7 @@ def _purge_reference(arr_s, arr_t, times_flat, offsets, base, ptr, latest, dist,
                     lk = latest[k]
                     c = neg if lk == neg else pos if lk == pos else (
                         (lk - dist[j, k]) if latest.dtype == np.float64 else
-                        np.int64((int(lk) - int(dist[j, k]) + 2**63) % 2**64 - 2**63))  # wraps as numpy does
+                        np.int64(min(max(int(lk) - int(dist[j, k]), -(2**63)), 2**63 - 1)))  # saturates
                     cut = min(cut, c)
             if cut == neg:
                 continue
