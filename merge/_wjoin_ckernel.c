@@ -127,17 +127,15 @@ PURGE_WALK(double, f64)
  * merge: what a lexsort of (time, stream, position) gives, in one pass). For arrival a:
  * arr_s[a] its stream, arr_pos[a] its position in that stream's buffer+chunk (base[s] + its
  * place in the chunk), arr_t[a] its time, pe[j * na + a] the records of stream j that arrived
- * before it (base[j] + its chunk records before a; not written when pe is NULL); last[j] receives the arrival index of
- * stream j's last chunk record (-1 when it has none). Returns 0, -1 when memory runs out. */
+ * before it (base[j] + its chunk records before a; not written when pe is NULL); rank[off[j] + q]
+ * receives the arrival index of stream j's chunk record q (the inverse permutation). Returns 0,
+ * -1 when memory runs out. */
 #define ARRIVALS(T, SFX)                                                                            \
     i64 wj_arrivals_##SFX(i64 n, const T *t, const i64 *off, const i64 *base, i64 na, i64 *arr_s,   \
-                          i64 *arr_pos, T *arr_t, i64 *pe, i64 *last) {                             \
+                          i64 *arr_pos, T *arr_t, i64 *pe, i64 *rank) {                             \
         i64 *cur = (i64 *)malloc(sizeof(i64) * (size_t)(n > 0 ? n : 1));                           \
         if (!cur) return -1;                                                                         \
-        for (i64 j = 0; j < n; j++) {                                                                \
-            cur[j] = off[j];                                                                         \
-            last[j] = -1;                                                                            \
-        }                                                                                            \
+        for (i64 j = 0; j < n; j++) cur[j] = off[j];                                                 \
         for (i64 a = 0; a < na; a++) {                                                               \
             i64 best = -1;                                                                           \
             T bt = 0;                                                                                \
@@ -151,8 +149,7 @@ PURGE_WALK(double, f64)
             arr_s[a] = best;                                                                         \
             arr_pos[a] = base[best] + (cur[best] - off[best]);                                       \
             arr_t[a] = bt;                                                                           \
-            last[best] = a;                                                                          \
-            cur[best]++;                                                                             \
+            rank[cur[best]++] = a;                                                                   \
         }                                                                                            \
         free(cur);                                                                                   \
         return 0;                                                                                    \

@@ -142,15 +142,14 @@ def purge_walk(arr_stream, arr_t, times_flat, offsets, base, ptr, latest, dist, 
     return r
 
 
-def arrivals(times: list[np.ndarray], base: np.ndarray, with_pe: bool = True) -> tuple[np.ndarray, np.ndarray,
-                                                                                        np.ndarray, np.ndarray | None,
-                                                                                        np.ndarray]:
+def arrivals(times: list[np.ndarray], base: np.ndarray, with_pe: bool = True) -> tuple[np.ndarray, ...]:
     """A chunk's arrival order from each stream's chunk times (sorted; ``base[j]`` records of
     stream j buffered before them): by time, ties by stream number, then position, merged in
     one compiled pass. Returns (stream, position in the stream's buffer+chunk, time) per
     arrival; ``pe`` (n x arrivals): ``pe[j, a]`` = records of stream j that arrived before
-    arrival a (buffered ones included; None unless ``with_pe``); ``last[j]``: the index of stream j's last arrival (-1:
-    none)."""
+    arrival a (buffered ones included; None unless ``with_pe``); ``rank``: the arrival index of
+    every chunk record, stream after stream (``rank[off[j] + q]`` for stream j's record q, where
+    ``off`` are the cumulative chunk lengths): each stream's arrivals in order."""
     n = len(times)
     dt = np.dtype(times[0].dtype) if n else np.dtype(np.int64)
     sfx, _ = _sfx(dt)
@@ -160,13 +159,13 @@ def arrivals(times: list[np.ndarray], base: np.ndarray, with_pe: bool = True) ->
     off[1:] = np.cumsum([x.shape[0] for x in times])
     base = np.ascontiguousarray(base, i8)
     na = t.shape[0]
-    arr_s, arr_pos, arr_t = np.empty(na, i8), np.empty(na, i8), np.empty(na, dt)
-    pe, last = np.empty((n, na), i8) if with_pe else None, np.empty(n, i8)
+    arr_s, arr_pos, arr_t, rank = np.empty(na, i8), np.empty(na, i8), np.empty(na, dt), np.empty(na, i8)
+    pe = np.empty((n, na), i8) if with_pe else None
     if getattr(_LIB, f"wj_arrivals_{sfx}")(n, _ptr(t, dt), _ptr(off, i8), _ptr(base, i8), na, _ptr(arr_s, i8),
                                             _ptr(arr_pos, i8), _ptr(arr_t, dt), None if pe is None else _ptr(pe, i8),
-                                            _ptr(last, i8)) < 0:
+                                            _ptr(rank, i8)) < 0:
         raise MemoryError("W-join arrival order: out of memory")
-    return arr_s, arr_pos, arr_t, pe, last
+    return arr_s, arr_pos, arr_t, pe, rank
 
 
 def hash_f64(v: np.ndarray) -> np.ndarray:

@@ -212,11 +212,14 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
     # arrival order: by time, then stream number, then position; pe[j][a] = records of stream j
     # that arrived before arrival a (buffer end for a), for the NLW-join's time ranges (a hash probe
     # bounds its walk by the arrival's time and the streams' order instead)
-    arr_s, arr_pos, arr_t, pe, last = arrivals([comb_t[i][base[i]:] for i in range(n)], base,
+    # bounds its walk by the arrival's time and the streams' order instead); ranks[i]: stream i's
+    # arrival indices in order (its chunk records')
+    arr_s, arr_pos, arr_t, pe, rank = arrivals([comb_t[i][base[i]:] for i in range(n)], base,
                                                with_pe=plan.hash_terms is None)
+    ranks = np.split(rank, np.cumsum(takes[:-1]))
     for j in range(n):
         if st[j].done and takes[j] == st[j].pend_t.shape[0] and takes[j] > 0:
-            final_rank[j] = last[j]
+            final_rank[j] = ranks[j][-1]
     slack = 0.0
     if plan.dtype is np.float64:
         scale = max(float(np.max(np.abs(arr_t))) if arr_t.shape[0] else 0.0, float(np.max(plan.dist)))
@@ -237,10 +240,11 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         groups = []
         try:
             for i in range(n):
-                sel = a0 + np.flatnonzero(arr_s[a0:a1] == i)
-                if sel.shape[0]:
-                    res = _expand(plan, i, sel, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack, pair_buckets,
-                                  can_split=a1 - a0 > 1)
+                # the block's arrivals of stream i: consecutive chunk records q0..q1-1 of it
+                q0, q1 = (0, takes[i]) if a1 - a0 == arr_s.shape[0] else np.searchsorted(ranks[i], (a0, a1))
+                if q1 > q0:
+                    res = _expand(plan, i, ranks[i][q0:q1], base[i] + q0, comb_t, comb_h, comb_tab, pe, buckets, slack,
+                                  pair_buckets, can_split=a1 - a0 > 1)
                     if res is not None:
                         groups.append(res)
                 if not todo:  # the chunk's last block: the key indexes of the streams no later one probes
@@ -375,9 +379,10 @@ class _Split(Exception):
     """A block of arrivals would form too many partial tuples at once: halve it."""
 
 
-def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_tab, pe, buckets, slack,
+def _expand(plan: Plan, i: int, sel: np.ndarray, first: int, comb_t, comb_h, comb_tab, pe, buckets, slack,
             pair_buckets: dict | None = None, can_split: bool = False):
-    """Left-deep expansion of the arrivals ``sel`` of stream ``i``: (arrival ids, members per stream).
+    """Left-deep expansion of the arrivals ``sel`` of stream ``i``, its records ``first``,
+    ``first + 1``, ... of the buffer+chunk: (arrival ids, members per stream).
 
     Each level binds one more stream j: the HW-join probes stream j's key index (the full
     equality class's hash); otherwise an equality conjunct between j and a bound stream becomes a hash probe
@@ -385,10 +390,11 @@ def _expand(plan: Plan, i: int, sel: np.ndarray, arr_pos, comb_t, comb_h, comb_t
     applied as soon as the streams it names are bound."""
     n = plan.n
     a_idx = sel
-    mem: dict[int, np.ndarray] = {i: arr_pos[sel]}
-    tim: dict[int, np.ndarray] = {i: comb_t[i][mem[i]]}
+    last = first + sel.shape[0]
+    mem: dict[int, np.ndarray] = {i: np.arange(first, last, dtype=np.int64)}
+    tim: dict[int, np.ndarray] = {i: comb_t[i][first:last]}
     hashed = plan.hash_terms is not None
-    h = comb_h[i][mem[i]] if hashed else None
+    h = comb_h[i][first:last] if hashed else None
     bound = [i]
 
     def apply(conjs):

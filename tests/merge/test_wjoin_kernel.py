@@ -21,8 +21,9 @@ def _arrivals_reference(times, base):
     order = np.lexsort((P, S, T))
     arr_s = S[order]
     pe = np.array([base[j] + np.cumsum(arr_s == j) - (arr_s == j) for j in range(n)]).reshape(n, -1)
-    last = np.array([np.flatnonzero(arr_s == j)[-1] if (arr_s == j).any() else -1 for j in range(n)], np.int64)
-    return arr_s, base[arr_s] + P[order], T[order], pe, last
+    rank = np.empty(order.shape[0], np.int64)
+    rank[order] = np.arange(order.shape[0])
+    return arr_s, base[arr_s] + P[order], T[order], pe, rank
 
 
 @st.composite
@@ -50,12 +51,13 @@ def test_arrivals_are_the_lexsort_of_time_stream_position(case):
 
 def test_arrivals_worked_example():
     t = [np.array([1, 3, 3], np.int64), np.array([0, 3], np.int64), np.array([], np.int64)]
-    s, pos, tt, pe, last = arrivals(t, np.array([10, 0, 4], np.int64))
+    s, pos, tt, pe, rank = arrivals(t, np.array([10, 0, 4], np.int64))
     assert s.tolist() == [1, 0, 0, 0, 1]  # time 3: stream 0's two records, then stream 1's
     assert pos.tolist() == [0, 10, 11, 12, 1]
     assert tt.tolist() == [0, 1, 3, 3, 3]
     assert pe.tolist() == [[10, 10, 11, 12, 13], [0, 1, 1, 1, 1], [4, 4, 4, 4, 4]]
-    assert last.tolist() == [3, 4, -1]
+    assert rank.tolist() == [1, 2, 3, 0, 4]  # stream 0's records arrive 1, 2, 3; stream 1's 0, 4
+    assert arrivals(t, np.array([10, 0, 4], np.int64), with_pe=False)[3] is None
 
 
 def _probe_reference(hashes, times, h, lo, hi, ta, strict, band_ops, cv, pv):
@@ -180,7 +182,8 @@ def purge_case(draw):
     dvals = st.sampled_from([0, 1, 2, 5]) | (st.just(np.inf) if floats else st.sampled_from([INT_POS, 2**62]))
     dist = np.array([[draw(dvals) for _ in range(n)] for _ in range(n)], dt)
     latest = np.array([draw(st.sampled_from([neg, pos]) | small.map(lambda v: v - 7)) for _ in range(n)], dt)
-    arr_s, _, arr_t, _, last = arrivals(chunk, base)
+    arr_s, _, arr_t, _, _ = arrivals(chunk, base)
+    last = [int(np.flatnonzero(arr_s == j)[-1]) if (arr_s == j).any() else -1 for j in range(n)]
     final_rank = np.array([last[j] if draw(st.booleans()) else -1 for j in range(n)], np.int64)
     peak = np.array([draw(st.integers(0, 4)) for _ in range(n)], np.int64)
     return arr_s, arr_t, times, base, ptr, latest, dist, final_rank, peak, draw(st.integers(0, 6)), neg, pos
