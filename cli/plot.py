@@ -15,10 +15,16 @@ app = typer.Typer(add_completion=False)
 PlotOpt = Annotated[Optional[str], typer.Option("--plot", help="Also draw the run's statistics to this PNG (as `smerge plot`).")]
 
 
-def check_plot(path: str | None, *, overwrite: bool, inputs=()) -> None:
-    """Before the run: the output rule for ``--plot PNG`` (exit 2 when it exists without --overwrite)."""
+def check_plot(path: str | None, job, *, overwrite: bool, inputs=()) -> None:
+    """Before the run: the output rule for ``--plot PNG`` (exit 2 when it exists without
+    --overwrite, is an input, or is the path of another output of ``job``: -o, --unmatched's
+    files, --stats)."""
+    if not path:
+        return
     from smerge.cli.common import check_file_option
+    from smerge.jobs.outputs import check_distinct_paths, named_outputs
 
+    check_distinct_paths(inputs, named_outputs(job) + [("--plot", path, False)])
     check_file_option(path, "--plot", overwrite=overwrite, inputs=inputs)
 
 

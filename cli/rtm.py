@@ -100,7 +100,7 @@ def rtm(
         result = execute(job, RunOptions(local=local, master=master, partitions=partitions, conf=parse_conf(conf),
                                          progress=tqdm_progress(progress_enabled(progress)), verbose=verbose,
                                          samples=(sample_a, sample_b), budget=budget),
-                         before_run=lambda j: check_plot(plot, overwrite=overwrite, inputs=(a, b)))
+                         before_run=lambda j: check_plot(plot, j, overwrite=overwrite, inputs=(a, b)))
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=merge_summary)
         return delta_exit(result)

@@ -87,7 +87,7 @@ def wjoin(
         result = execute(job, RunOptions(local=local, master=master, partitions=partitions, conf=parse_conf(conf),
                                          progress=tqdm_progress(progress_enabled(progress)), verbose=verbose,
                                          samples=(sample,), budget=budget),
-                         before_run=lambda j: check_plot(plot, overwrite=overwrite, inputs=inputs))
+                         before_run=lambda j: check_plot(plot, j, overwrite=overwrite, inputs=inputs))
         write_plot(result, plot)
         emit_stats(result, as_json=json_, summary=wjoin_summary)
         return 0

@@ -47,6 +47,28 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
     return fmt, unmatched
 
 
+def named_outputs(job) -> list[tuple[str, str, bool]]:
+    """-o (or its default), --unmatched's two files and --stats of a cgm, rtm or wjoin job, as
+    (option, path, is a folder): what a further output of the run (the CLI's ``--plot``) must
+    not share a path with."""
+    if getattr(job, "inputs", None):  # a W-join
+        from smerge.jobs.wjoin import default_output as wjoin_default
+
+        output = job.output or wjoin_default(job.inputs)
+    else:
+        output = job.output or default_output(job.a, job.b or "b")
+    try:
+        folder = is_dataset_path(output, format_for(output, job.format))
+    except UsageError:  # an unknown extension: the run's own check names it
+        folder = False
+    outs = [("-o", output, folder)]
+    if getattr(job, "unmatched", None):
+        outs += [(param.unmatched, f"{job.unmatched}.{s}.parquet", False) for s in ("a", "b")]
+    if job.stats:
+        outs.append((param.stats, job.stats, False))
+    return outs
+
+
 def check_run_outputs(inputs, outputs: list[tuple[str, str, bool]], *, overwrite: bool) -> None:
     """The output rule for every output of one run, before anything is written (exit 2):
     distinct real paths, none an input or inside a folder output (``check_distinct_paths``),

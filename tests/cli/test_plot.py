@@ -251,3 +251,28 @@ def test_archive_input_read_with_sample_auto_draws_each_run(archive_ab, tmp_path
     fig, _ = plot_figure(s)
     assert _lines(fig)["A"] == series["fraction read per run"]["A"]
     assert _png(png) == (800, 220 * len(series))
+
+
+@pytest.mark.parametrize("cmd, extra, clash", [
+    ("cgm", ["--keys", "k", "-o", "out.parquet"], "out.parquet"),
+    ("cgm", ["--keys", "k"], "a+b.parquet"),  # the default -o
+    ("rtm", ["--keys", "k", "-o", "o.parquet", "--stats", "s.json"], "s.json"),
+    ("cgm", ["--keys", "k", "-o", "o.parquet", "--unmatched", "u"], "u.b.parquet"),
+    ("wjoin", ["--time", "k", "--window", "0", "-o", "w.parquet"], "w.parquet"),
+    ("cgm", ["--keys", "k", "-o", "ds/"], "ds/plot.png"),  # inside the folder output
+])
+def test_plot_path_may_not_be_another_output_of_the_run(tmp_path, monkeypatch, capsys, cmd, extra, clash):
+    """--plot at the path of -o, --stats or an --unmatched file (or inside a folder output) is
+    exit 2 before the run, naming both options; nothing is written (the PNG used to replace
+    the merge's output with exit 0)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    monkeypatch.chdir(tmp_path)
+    pq.write_table(pa.table({"k": [0.0, 1.0, 2.0], "x": [1.0, 2.0, 3.0]}), "a.parquet")
+    pq.write_table(pa.table({"k": [0.0, 1.0, 2.0], "y": [1.0, 2.0, 3.0]}), "b.parquet")
+    before = sorted(os.listdir(tmp_path))
+    assert main([cmd, "a.parquet", "b.parquet", "--local", *extra, "--plot", clash]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--plot" in err[0] and "give each output its own path" in err[0], err
+    assert sorted(os.listdir(tmp_path)) == before
