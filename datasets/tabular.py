@@ -6,7 +6,7 @@ from typing import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 
-from smerge.errors import MissingKeyError, UsageError
+from smerge.errors import InputError, MissingKeyError, UsageError
 
 
 def resolve_columns(path: str, schema: pa.Schema, keys: Sequence[str] | None,
@@ -25,6 +25,11 @@ def resolve_columns(path: str, schema: pa.Schema, keys: Sequence[str] | None,
     columns = list(key_names) + [c for c in payload if c not in key_names]
     if not keys:
         columns = names
+    for c in dict.fromkeys(columns):  # a name two columns share: which one is meant is a guess
+        at = [i + 1 for i, n in enumerate(names) if n == c]
+        if len(at) > 1:
+            raise InputError(f"{path}: {len(at)} columns are named {c!r} (columns {', '.join(map(str, at))}); "
+                             "rename all but one in the file")
     return pa.schema([schema.field(c) for c in columns]), columns, key_names
 
 
