@@ -1,7 +1,7 @@
 """Merge keys: validation against schemas and extraction to ``float64`` key matrices.
 
-Keys are d >= 1 numeric columns compared lexicographically. Integer and
-float columns are compared as float64. Every time representation is brought to one time base,
+Keys are d >= 1 numeric columns compared lexicographically. Integer, float and decimal
+columns are compared as float64. Every time representation is brought to one time base,
 **microseconds since 1970-01-01 00:00:00 UTC** (``TIME_BASE``), before it is compared:
 timestamps of any unit (s, ms, us, ns) with or without a time zone (a timestamp without a zone
 is UTC, the CF convention; one with a zone is its UTC instant, which is what Arrow stores),
@@ -49,7 +49,7 @@ def key_kind(field: pa.Field) -> KeyKind | None:
         if cal in _INSTANT_CALENDARS:
             return KeyKind("instant", f"a time in the standard calendar (CF {units!r}, {cal})")
         return KeyKind(f"calendar:{cal}", f"a time in the {cal} calendar (CF {units!r})")
-    if pa.types.is_integer(t) or pa.types.is_floating(t):
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_decimal(t):
         return KeyKind("number", f"a number ({t})")
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         return KeyKind("instant", f"a time in the standard calendar ({t})")
@@ -147,6 +147,8 @@ def column_f64(col: pa.Array | pa.ChunkedArray, *, exact_ints: bool = True) -> n
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
     t = col.type
+    if pa.types.is_decimal(t):  # DuckDB writes `SELECT 45.25 AS lat` as decimal(4, 2): compared as float64
+        col, t = col.cast(pa.float64()), pa.float64()
     scale = us_per_raw(t)
     if scale is not None:
         col = col.view(pa.int32() if t.bit_width == 32 else pa.int64())
