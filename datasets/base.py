@@ -40,6 +40,8 @@ class GridInfo:
     stored_dims: tuple[str, ...] = ()  # the dimensions in the file's order (``dims``: in the order read)
     key_direction: dict[str, int] = field(default_factory=dict)  # 1-D key -> +1 increasing, -1 decreasing, 0
     reordered: bool = False  # read in another input's key order (not as stored)
+    # record dimensions no key is on: records differing only along them have the same keys
+    unkeyed_dims: tuple[str, ...] = ()
 
     @property
     def inner_size(self) -> int:

@@ -198,13 +198,16 @@ class NetCDFBackend:
             # keys on one dimension: a coordinate (lat(lat), lat(latitude)) or an array index
             key_dims_of = {k: (allvars[k].dimensions if k in allvars else (k,)) for k in key_names
                            if k not in allvars or len(allvars[k].dimensions) == 1}
+            covered = {d for k in key_names for d in (allvars[k].dimensions if k in allvars else (k,))}
+            unkeyed = tuple(d for d in dims if d not in covered)
         key_dims = {k: kd[0] for k, kd in key_dims_of.items()}
         direction = {k: _direction(coords[k]) for k in key_dims
                      if isinstance(coords.get(k), np.ndarray) and coords[k].ndim == 1}
         grid = GridInfo(path=path, dims=tuple(dims), shape=shape, variables=tuple(chosen),
                         coords={d: coords[d] for d in dims if d in coords}, attrs=attrs, key_dims=key_dims,
                         index_keys=tuple(k for k in key_names if k not in allvars_names),
-                        stored_dims=stored_dims, key_direction=direction, reordered=perm is not None)
+                        stored_dims=stored_dims, key_direction=direction, reordered=perm is not None,
+                        unkeyed_dims=unkeyed)
         plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
                          time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked,
                          dims=tuple(dims), stored=stored, perm=perm, flip=flip, stored_dims=stored_dims)

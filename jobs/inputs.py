@@ -66,7 +66,29 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     if not src_b.keys:
         raise UsageError(f"{job.b}: no merge keys; pass {param.keys} (or {param.keys_b} for B)")
     check_index_keys(src_a, src_b)
+    for side, src in (("A", src_a), ("B", src_b)):
+        check_keys_cover(src, side)
     return src_a, src_b
+
+
+def check_keys_cover(src: InputSource, side: str) -> None:
+    """Every record dimension of a grid is one some key is on. Records that differ only along a
+    dimension no key is on (``level`` of ``T(time, level, lat, lon)`` keyed by time, lat, lon)
+    have the same keys, so a record of the other input could pair with any of them (cgm and rtm
+    pair a record at most once, per run or per A window): B's first level would be taken
+    silently, and the output would not say which."""
+    g = src.grid
+    if g is None or not g.unkeyed_dims:
+        return
+    what = f"variable {', '.join(map(repr, g.variables))}" if g.variables else "its keys"
+    dims = ", ".join(f"{d!r} ({g.shape[g.dims.index(d)]:,})" for d in g.unkeyed_dims)
+    first = g.unkeyed_dims[0]
+    vars_ = param.vars_a if side == "A" else param.vars_b
+    raise UsageError(
+        f"{src.path}: {what} ({side}) has the dimension{'s' if len(g.unkeyed_dims) > 1 else ''} {dims} that no "
+        f"key ({','.join(src.keys)}) is on, so its records along it have the same keys and any of them could pair; select one {first} first (ncks -d "
+        f"{first},0 or xarray's .isel({first}=0)), name variables on the key dimensions only with {vars_}, or "
+        f"add {first!r} as a key of both inputs when it has a coordinate")
 
 
 def check_kappa_memory(src_a: InputSource, src_b: InputSource) -> None:
@@ -150,4 +172,4 @@ def needs_spark_readers(job, conf: Mapping[str, str] | None = None) -> bool:
 
 
 __all__ = ["Progress", "ProgressFactory", "PreparedMerge", "open_inputs", "grid_order", "check_index_keys",
-           "masked_stats", "needs_spark_readers"]
+           "check_keys_cover", "masked_stats", "needs_spark_readers"]

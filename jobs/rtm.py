@@ -28,7 +28,8 @@ import pyarrow as pa
 from smerge.datasets import InputSource, open_input
 from smerge.datasets.writers import check_output_schema
 from smerge.errors import UsageError, param
-from smerge.jobs.inputs import PreparedMerge, ProgressFactory, check_kappa_memory, masked_stats, open_inputs
+from smerge.jobs.inputs import (PreparedMerge, ProgressFactory, check_kappa_memory, check_keys_cover, masked_stats,
+                                 open_inputs)
 from smerge.jobs.outputs import abort_outputs, check_outputs, commit_outputs, default_output, open_outputs, write_stats
 from smerge.merge.keys import check_key_compat, key_eps, key_matrix, nan_rows
 from smerge.merge.arrays import int64_array
@@ -141,6 +142,7 @@ def prepare_rtm(job: RTMJob) -> PreparedMerge:
             raise UsageError(f"{job.a}: no merge keys; pass {param.keys} K1,K2 (tabular inputs have no default keys)")
         client, src_b = _server_source(job)
         src_a = _keys_in_server_order(job, src_a, src_b)
+        check_keys_cover(src_a, "A")
     else:
         src_a, src_b = open_inputs(job)
     if job.kappa_max:
@@ -223,7 +225,8 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
             server.start_background()
             client = IndexClient(server.url, token=token)
         params = prep.params
-        b_records = int(client.info()["count"])
+        info = client.info()
+        b_records = int(info["count"])
         out, un_a, un_b = open_outputs(prep)
     except BaseException:
         pa_it.close()
@@ -273,6 +276,7 @@ def run_rtm(prep: PreparedMerge, *, progress: ProgressFactory | None = None, pre
         "fetch_a_seconds": pa_it.busy_seconds, "index_build_seconds": build_seconds,
         "client_retries": client.retried, "execution": "local",
     })
+    stats.b_nan_keys = int(info.get("nan_keys") or 0)  # left out of B's index (--nan-keys unmatched)
     return rtm_result(prep, stats, embedded=server is not None)
 
 
