@@ -118,7 +118,8 @@ class CFTime:
             if nan.any():
                 mask = nan if mask is None else (mask | nan)
                 raw = np.where(nan, 0.0, raw)
-            scaled = np.rint(raw * float(self.unit_us))
+            with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused just below
+                scaled = np.rint(raw * float(self.unit_us))
             if (np.abs(scaled) > 9.2e18).any():
                 raise _overflow(source, name, self.units)
             out = scaled.astype(np.int64) + np.int64(self.offset_us)

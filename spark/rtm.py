@@ -255,7 +255,8 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
     job = prep.job
     params: RTMParams = prep.params
     src_a = prep.src_a
-    b_records = int(client.info()["count"])
+    info = client.info()
+    b_records = int(info["count"])
     P = partitions or max(1, sc.defaultParallelism)
     ranges = plan_ranges(src_a.num_rows, src_a.inner_size, params.window_size, P)
     a_path = src_a.path if "://" in src_a.path else os.path.abspath(src_a.path)
@@ -296,6 +297,7 @@ def _run_with_server(prep, run: SparkRun, partitions, client, url, token, certs,
     stats.params = params.as_dict()
     stats.a_records = sum(r["a_records"] for r in results)
     stats.b_records = b_records
+    stats.b_nan_keys = int(info.get("nan_keys") or 0)  # left out of B's index (--nan-keys unmatched)
     stats.matched = sum(r["matched"] for r in results)
     stats.a_unmatched = sum(r["a_unmatched"] for r in results)
     stats.a_nan_keys = sum(r["a_nan_keys"] for r in results)

@@ -122,8 +122,10 @@ class AuthFactory(flight.ServerMiddlewareFactory):
                 got = v.encode() if isinstance(v, str) else bytes(v)
                 ok |= hmac.compare_digest(got, self._expected)
             if not ok:
-                raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the server's token "
-                                                        f"({param.token_file})")
+                # plain words: the message crosses the wire, where a parameter reference (param.X)
+                # would reach the client unrendered
+                raise flight.FlightUnauthenticatedError("missing or wrong bearer token; give the client the "
+                                                        "server's token")
         name = _UNSUPPORTED.get(info.method)
         if name is not None:
             raise flight.FlightServerError(f"{name} is not supported by the smerge index server; use do_get, "

@@ -89,6 +89,7 @@ def test_bad_token_unknown_name_and_no_server_are_one_line_errors(tmp_path, serv
     rc, out, err = run_cli(capsys, "cgm", "--local", a, url, "--keys", "k", "-o", tmp_path / "o.parquet")
     assert rc == 2 and "rejected the token" in err and len(err.strip().splitlines()) == 1, err
     assert "set SMERGE_TOKEN_FILE to the file holding the server's token" in err and "--token-file" not in err
+    assert "\x1d" not in err and "()" not in err  # the server's own words arrive rendered (no empty option)
     import socket
 
     with socket.socket() as sock:  # a port nobody listens on
