@@ -222,3 +222,19 @@ def test_wjoin_equality_on_old_times_hashes_without_overflow(tmp_path, capsys):
     assert rc == 0, se
     t = pq.read_table(out)
     assert sorted(str(x) for x in t["S1_time"].to_pylist()) == ["0049-09-02 00:00:00", "0049-09-03 00:00:00"]
+
+
+def test_time_too_far_from_1970_is_one_line(tmp_path):
+    """A float CF time that overflows microseconds is exit 2 with one line on stderr (numpy's
+    overflow RuntimeWarning used to print two more lines first). A separate process: pytest
+    would catch the warning itself."""
+    import subprocess
+    import sys
+
+    time_file(tmp_path / "big.nc", [0.0, 1e300], "days since 2000-01-01")
+    r = subprocess.run([sys.executable, "-m", "smerge", "cgm", str(tmp_path / "big.nc"), str(tmp_path / "big.nc"),
+                        "--local", "-o", str(tmp_path / "o.parquet")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"smerge: error: {tmp_path / 'big.nc'}: time variable 'time' ('days since 2000-01-01') holds values too far "
+        "from 1970 to count in microseconds (beyond +-292,000 years); check its values and units"]
