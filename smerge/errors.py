@@ -70,7 +70,14 @@ class MissingKeyError(UsageError):
 
     def __init__(self, path: str, missing, names):
         self.path, self.missing = path, tuple(missing)
-        super().__init__(f"{path}: no key {', '.join(map(repr, self.missing))}; it has {', '.join(names)}")
+        names = list(names)
+        hint = ""
+        index = [n for n in names if n == "" or n.startswith("__index_level_")]
+        if index:  # pandas' to_parquet/to_csv of an unnamed index (a DatetimeIndex of times, say)
+            hint = (f" ({index[0]!r} is the unnamed index pandas wrote: name it before writing, e.g. "
+                    "df.index.name = 'time', or write df.reset_index())")
+        super().__init__(f"{path}: no key {', '.join(map(repr, self.missing))}; it has "
+                         f"{', '.join(repr(n) if n == '' else n for n in names)}{hint}")
 
 
 class InputError(SmergeError):
