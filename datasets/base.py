@@ -42,6 +42,8 @@ class GridInfo:
     reordered: bool = False  # read in another input's key order (not as stored)
     # record dimensions no key is on: records differing only along them have the same keys
     unkeyed_dims: tuple[str, ...] = ()
+    # index key -> the variables that locate its dimension all the same (lon(x) with units degrees_east)
+    index_located: dict[str, str] = field(default_factory=dict)
 
     @property
     def inner_size(self) -> int:

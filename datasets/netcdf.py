@@ -28,7 +28,7 @@ from smerge.datasets.cf_refs import references
 from smerge.datasets.cf_time import CFTime, parse_cf_time
 from smerge.datasets.netcdf_file import (_MAGICS, _VALID_ATTRS, FORMAT, NC_LOCK, _group_hint, _is_numeric, _is_string,
                                          _key_error, _open, _read_error, _record_dims)
-from smerge.datasets.netcdf_grid import _check_slab_size, _dimension_key, _direction, _reorder
+from smerge.datasets.netcdf_grid import _check_slab_size, _dimension_key, _direction, _locating, _reorder
 from smerge.datasets.netcdf_slabs import _SlabPlan, _source
 from smerge.errors import InputError, MissingKeyError, UsageError
 
@@ -94,6 +94,9 @@ class NetCDFBackend:
                     raise InputError(f"{path}: no numeric data variable; it has {', '.join(allvars)}{_group_hint(ds)}")
                 dims = max((allvars[n].dimensions for n in cands), key=len)
                 chosen = [n for n in cands if allvars[n].dimensions == dims]
+            # variables named in a `coordinates` attribute (CF marks them as coordinates)
+            named = {r for v in allvars.values() if "coordinates" in v.ncattrs()
+                     for r in str(v.getncattr("coordinates")).split()}
             if keys:
                 missing = [k for k in keys if k not in allvars and k not in dims]
                 if missing:
@@ -120,8 +123,6 @@ class NetCDFBackend:
                     key_names = cf
                     chosen = [v for v in chosen if v not in cf]
                 else:
-                    named = {r for v in allvars.values() if "coordinates" in v.ncattrs()
-                             for r in str(v.getncattr("coordinates")).split()}
                     key_names = [_dimension_key(path, allvars, d, named) for d in dims]
                     chosen = [v for v in chosen if v not in key_names]
             for k in key_names:
@@ -199,6 +200,10 @@ class NetCDFBackend:
             key_dims_of = {k: (allvars[k].dimensions if k in allvars else (k,)) for k in key_names
                            if k not in allvars or len(allvars[k].dimensions) == 1}
             covered = {d for k in key_names for d in (allvars[k].dimensions if k in allvars else (k,))}
+            # an index key whose dimension a variable locates (lon(x), given as key x or taken from
+            # the other input): never paired by index (``jobs.inputs.check_index_keys``)
+            located = {k: "; ".join(f"{n!r} ({', '.join(m)})" for n, m in _locating(allvars, k, named).items())
+                       for k in key_names if k not in allvars}
             unkeyed = tuple(d for d in dims if d not in covered)
         key_dims = {k: kd[0] for k, kd in key_dims_of.items()}
         direction = {k: _direction(coords[k]) for k in key_dims
@@ -207,7 +212,7 @@ class NetCDFBackend:
                         coords={d: coords[d] for d in dims if d in coords}, attrs=attrs, key_dims=key_dims,
                         index_keys=tuple(k for k in key_names if k not in allvars_names),
                         stored_dims=stored_dims, key_direction=direction, reordered=perm is not None,
-                        unkeyed_dims=unkeyed)
+                        unkeyed_dims=unkeyed, index_located={k: w for k, w in located.items() if w})
         plan = _SlabPlan(path=path, shape=shape, key_names=tuple(key_names), key_kind=key_kind, coords=coords,
                          time_decode=time_decode, chosen=tuple(chosen), schema=schema, valid_masked=valid_masked,
                          dims=tuple(dims), stored=stored, perm=perm, flip=flip, stored_dims=stored_dims)

@@ -60,9 +60,7 @@ def _dimension_key(path: str, allvars, dim: str, named: set[str]) -> str:
     v = allvars.get(dim)
     if v is not None and v.dimensions == (dim,):
         return dim
-    cands = {n: _coordinate_marks(n, w, named) for n, w in allvars.items()
-             if w.dimensions == (dim,) and _is_numeric(w)}
-    cands = {n: m for n, m in cands.items() if m}
+    cands = _locating(allvars, dim, named)
     if len(cands) > 1:
         which = "; ".join(f"{n}: {', '.join(m)}" for n, m in cands.items())
         raise UsageError(
@@ -70,6 +68,13 @@ def _dimension_key(path: str, allvars, dim: str, named: set[str]) -> str:
             f"themselves as its coordinate ({which}); "
             f"name the keys with {param.keys}")
     return next(iter(cands), dim)
+
+
+def _locating(allvars, dim: str, named: set[str]) -> dict[str, tuple[str, ...]]:
+    """The 1-D numeric variables on ``dim`` that CF marks as its coordinate, with their marks."""
+    cands = {n: _coordinate_marks(n, w, named) for n, w in allvars.items()
+             if w.dimensions == (dim,) and _is_numeric(w)}
+    return {n: m for n, m in cands.items() if m}
 
 
 def _reorder(allvars, dims: tuple[str, ...], key_names: Sequence[str],

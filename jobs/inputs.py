@@ -118,13 +118,26 @@ def grid_order(src_a: InputSource, keys_b) -> list[tuple[str, int]] | None:
 
 def check_index_keys(src_a: InputSource, src_b: InputSource) -> None:
     """A dimension without a coordinate (keyed by its array index) pairs with B only when B keys
-    the same key by index too, on a dimension of the same size: otherwise index i of one file and
-    index i of the other need not be the same place (a sub-region, another grid)."""
+    the same key by index too, on a dimension of the same size, and no variable locates that
+    dimension in either input (an auxiliary coordinate ``lon(x)``): otherwise index i of one file
+    and index i of the other need not be the same place (a sub-region, another grid)."""
     ga, gb = src_a.grid, src_b.grid
     for side, src, g, other, go in (("A", src_a, ga, src_b, gb), ("B", src_b, gb, src_a, ga)):
         for k in (g.index_keys if g is not None else ()):
             ko = other.keys[list(src.keys).index(k)]
             n = g.shape[g.dims.index(k)] if k in g.dims else None
+            if k in g.index_located:
+                raise UsageError(
+                    f"{src.path}: dimension {k!r} ({side}) is keyed by array index, but {g.index_located[k]} "
+                    f"locates it: indices are not places; name the variable that locates it as the key with "
+                    f"{param.keys}/{param.keys_b}")
+            if go is not None and ko in go.index_located:
+                raise UsageError(
+                    f"{src.path}: dimension {k!r} ({side}) has no coordinate variable, so its records would be keyed "
+                    f"by array index, but {other.path} locates its dimension {ko!r} by {go.index_located[ko]}: index "
+                    f"i of one file need not be index i of the other (a sub-region, another grid); give {k!r} the "
+                    f"same coordinate in {src.path}, or name keys that locate the records in both with "
+                    f"{param.keys}/{param.keys_b}")
             if go is not None and ko in go.index_keys and ko in go.dims and go.shape[go.dims.index(ko)] == n:
                 continue
             if go is not None and ko in go.index_keys:
