@@ -19,7 +19,8 @@ import os
 import shutil
 
 from smerge.datasets.atomic_rename import RENAME_EXCHANGE, rename_noreplace, renameat2
-from smerge.datasets.output_staging import is_empty_dir, is_marked, refuse_existing_dir, remote_target, temp_name
+from smerge.datasets.output_staging import (is_empty_dir, mark_dataset, refuse_existing_dir, remote_target,
+                                            replace_refusal, temp_name)
 from smerge.errors import OutputError, param
 
 
@@ -63,11 +64,14 @@ def replace_dir(staging: str, target: str, *, overwrite: bool, opt: str = "-o") 
     """Move the finished folder ``staging`` to ``target`` (see the module doc). Without
     ``overwrite`` the name is claimed atomically (an empty folder there counts as absent);
     losing it raises ``OutputError``. With ``overwrite`` an existing ``target`` is replaced
-    only when the rule allows it (empty, or smerge's marker in it), checked again here, by
-    one exchange of the two folders; the old one is then removed. When this raises, ``staging``
-    is left to the caller to remove. An object-store ``target`` is uploaded, its marker last
+    only when the rule allows it (empty, or smerge's marker in it and nothing but what smerge
+    wrote: ``output_staging.replace_refusal``), checked again here and once more on the folder
+    swapped out, by one exchange of the two folders; the old one is then removed. ``staging``'s
+    marker is rewritten first to list what it holds. When this raises, ``staging`` is left to
+    the caller to remove. An object-store ``target`` is uploaded, its marker last
     (``smerge.datasets.remote.upload_dir``)."""
     target = target.rstrip("/" + os.sep) or target
+    mark_dataset(staging)  # what smerge wrote there: the next --overwrite may remove exactly that
     if remote_target(target):
         from smerge.datasets import remote
 
@@ -94,7 +98,7 @@ def replace_dir(staging: str, target: str, *, overwrite: bool, opt: str = "-o") 
                     continue
             if not overwrite:
                 raise _taken(label, target, opt)
-            refuse_existing_dir(target, opt)
+            refuse_existing_dir(target, opt, during=True)
             if _exchange_dirs(staging, target, opt):
                 return
             continue
@@ -115,9 +119,10 @@ def _exchange_dirs(staging: str, target: str, opt: str) -> bool:
     except FileNotFoundError:
         return False
     if swapped:  # staging's name now holds the old folder: it must be one the rule lets go
-        if not (is_empty_dir(staging) or is_marked(staging)):
-            renameat2(staging, target, RENAME_EXCHANGE)  # someone swapped a foreign folder in: give it back
-            refuse_existing_dir(target, opt)
+        err = replace_refusal(staging, opt, shown=target, during=True)
+        if err is not None:  # someone swapped a foreign folder in, or put something in it: give it back
+            renameat2(staging, target, RENAME_EXCHANGE)
+            raise err
         shutil.rmtree(staging, ignore_errors=True)
         return True
     # No exchange here: rename the old folder aside, then the new one in. A run killed between
@@ -127,9 +132,10 @@ def _exchange_dirs(staging: str, target: str, opt: str) -> bool:
         os.rename(target, old)
     except FileNotFoundError:
         return False
-    if not (is_empty_dir(old) or is_marked(old)):
+    err = replace_refusal(old, opt, shown=target, during=True)
+    if err is not None:
         os.rename(old, target)
-        refuse_existing_dir(target, opt)
+        raise err
     try:
         os.rename(staging, target)
     except BaseException:

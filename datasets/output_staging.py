@@ -5,14 +5,19 @@ Temporary names carry their owner: ``.<name>.smerge-<kind>-<host>-<pid>-<rand>``
 ``<host>`` digests the host name, boot id and pid namespace; ``remove_stale`` removes the
 entries whose owner is provably gone (and puts back a previous folder output a killed run had
 renamed aside), anything else is left alone. Every dataset folder smerge writes carries the
-marker file ``MARKER``, put in the staging folder before it is renamed into place: the replace
-rule (``refuse_existing_dir``) lets ``--overwrite`` replace only such folders, or empty ones.
+marker file ``MARKER``, put in the staging folder first and rewritten when the folder is put in
+place to list every entry smerge wrote there (``mark_dataset``): the replace rule
+(``refuse_existing_dir``) lets ``--overwrite`` replace only an empty folder or a marked one that
+holds nothing but the listed entries (``foreign_entry``). A marker of an older smerge lists
+nothing: such a folder may hold only the names that version wrote for its kind of folder
+(``LEGACY_LAYOUTS``).
 Files and folders are created with ``0o666``/``0o777`` and the umask applied.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -32,7 +37,20 @@ from smerge.datasets.output_space import write_error
 from smerge.errors import OutputError, param
 
 MARKER = ".smerge-dataset"
+# The whole marker of smerge versions before the list of entries (no longer written): such a
+# marker, or any without the list, counts as an older smerge's (``LEGACY_LAYOUTS``).
 MARKER_TEXT = "This folder was written by smerge; `--overwrite` may replace it as a whole.\n"
+# The first line of the marker now; the second is JSON: {"entries": [...]}, every file and folder
+# smerge wrote in the folder (relative paths, "/" between parts, a folder's ending with "/").
+MARKER_HEAD = ("This folder was written by smerge; `--overwrite` replaces it only while it holds nothing "
+               "but the entries listed below.\n")
+# What smerge versions with the old marker wrote in a folder, by kind (told by a file at its top):
+# relative paths, a folder's ending with "/". Anything else in such a folder keeps it.
+LEGACY_LAYOUTS = (
+    ("zarr.json", re.compile(r"zarr\.json|[^/]+/|[^/]+/zarr\.json|[^/]+/c/?|[^/]+/c(?:/\d+)+/?")),  # Zarr v3 store
+    ("meta.json", re.compile(r"meta\.json|data\.parquet|order\.npy|rtree\.dat|rtree\.idx")),  # index build
+    ("", re.compile(r"part-\d{5,}\.parquet")),  # Parquet dataset (in process and Spark)
+)
 TEMP_KINDS = ("tmp", "old", "spark", "rtm", "wjoin", "index")
 _TEMP_RE = re.compile(r"\.smerge-(?:%s)-(?P<host>[0-9a-f]{10})-(?P<pid>\d+)-[0-9a-f]{8}(?:\.[A-Za-z0-9]+)?$"
                       % "|".join(TEMP_KINDS))
@@ -57,14 +75,68 @@ def local_stand_in(target: str) -> str:
 
 
 def is_marked(folder: str) -> bool:
-    """True when ``folder`` carries smerge's dataset marker (smerge wrote it)."""
-    return os.path.isfile(os.path.join(folder, MARKER))
+    """True when ``folder`` carries smerge's dataset marker (a regular file, not a link)."""
+    m = os.path.join(folder, MARKER)
+    return os.path.isfile(m) and not os.path.islink(m)
+
+
+def _walk(folder: str, rel: str = ""):
+    """(relative path, kind) of every entry under ``folder``, sorted, parents first, links not
+    followed; kind "f" (regular file), "d" (folder, its path ending with "/") or "?" (anything
+    else, or a folder that cannot be read)."""
+    try:
+        with os.scandir(os.path.join(folder, rel)) as it:
+            entries = sorted(it, key=lambda e: e.name)
+    except OSError:
+        yield rel, "?"
+        return
+    for e in entries:
+        path = rel + e.name
+        if e.is_dir(follow_symlinks=False):
+            yield path + "/", "d"
+            yield from _walk(folder, path + "/")
+        else:
+            yield path, "f" if e.is_file(follow_symlinks=False) else "?"
 
 
 def mark_dataset(folder: str) -> None:
-    """Put the marker in a (staging) folder smerge writes, before it is moved into place."""
+    """Write the marker in a (staging) folder smerge writes, listing every entry it holds now:
+    called when the staging folder is made and again when it is put in place."""
+    entries = [p for p, _ in _walk(folder) if p != MARKER]
     with open(os.path.join(folder, MARKER), "w") as f:
-        f.write(MARKER_TEXT)
+        f.write(MARKER_HEAD)
+        json.dump({"entries": entries}, f, separators=(",", ":"))
+        f.write("\n")
+
+
+def _listed(folder: str) -> set[str] | None:
+    """The entries the marker of ``folder`` lists, or None for a marker without a list (an older
+    smerge's, or one edited by hand)."""
+    try:
+        with open(os.path.join(folder, MARKER)) as f:
+            head, _, rest = f.read().partition("\n")
+        entries = json.loads(rest)["entries"] if head + "\n" == MARKER_HEAD else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+        return None
+    return set(entries)
+
+
+def foreign_entry(folder: str) -> str | None:
+    """The first entry (relative path, sorted, parents first) of the marked ``folder`` that smerge
+    did not write there, or None: what its marker lists, or for an older marker the names of
+    the matching ``LEGACY_LAYOUTS``. A link, or anything not a file or folder, is foreign."""
+    listed = _listed(folder)
+    layout = None
+    if listed is None:
+        layout = next(pat for top, pat in LEGACY_LAYOUTS if not top or os.path.isfile(os.path.join(folder, top)))
+    for path, kind in _walk(folder):
+        if path == MARKER:
+            continue
+        if kind == "?" or (path not in listed if layout is None else not layout.fullmatch(path)):
+            return path or "."
+    return None
 
 
 def is_empty_dir(path: str) -> bool:
@@ -76,12 +148,32 @@ def is_empty_dir(path: str) -> bool:
         return False
 
 
-def refuse_existing_dir(path: str, opt: str) -> None:
-    """The replace rule for an existing folder: only an empty one or one smerge wrote."""
-    if not (is_empty_dir(path) or is_marked(path)):
-        raise OutputError(f"{opt} {path!r} is a folder smerge did not write (no {MARKER} marker in it); "
-                          f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or "
-                          f"choose another {opt}")
+def replace_refusal(path: str, opt: str, *, shown: str | None = None, during: bool = False) -> OutputError | None:
+    """Why the existing folder ``path`` may not be replaced, or None: only an empty one, or one
+    smerge wrote (its marker) holding nothing but what smerge wrote there. ``shown``: the name
+    to give it (``path`` by default); ``during``: found when the output is put in place (the
+    run's new output is discarded)."""
+    if is_empty_dir(path):
+        return None
+    shown = shown or path
+    if not is_marked(path):
+        return OutputError(f"{opt} {shown!r} is a folder smerge did not write (no {MARKER} marker in it); "
+                           f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or "
+                           f"choose another {opt}")
+    entry = foreign_entry(path)
+    if entry is None:
+        return None
+    when = " (found when this run put its output in place: it is kept, this run's output discarded)" if during else ""
+    return OutputError(f"{opt} {shown!r} holds {entry!r}, which smerge did not write{when}; {param.overwrite} never "
+                       f"deletes a folder holding anything else: move {entry!r} out of it, or choose another {opt}")
+
+
+def refuse_existing_dir(path: str, opt: str, *, during: bool = False) -> None:
+    """The replace rule for an existing folder (``replace_refusal``): raise ``OutputError``
+    unless it is empty or smerge's own holding only what smerge wrote."""
+    err = replace_refusal(path, opt, during=during)
+    if err is not None:
+        raise err
 
 
 def _read(path: str) -> str:

@@ -7,12 +7,15 @@ name, replacing a folder), ``atomic_rename`` (``renameat2`` and its fallbacks) a
 ``output_space`` (a full disk, a quota, the file size limit).
 
 - **Replacing.** An existing output is replaced only with ``overwrite``, and only when it is
-  a file (file outputs) or a folder that smerge wrote itself: every dataset folder smerge
-  writes carries the marker file ``MARKER``, put in the staging folder before it is renamed
-  into place. An empty folder counts as absent. A folder holding anything else is never
+  a file (file outputs) or a folder that smerge wrote itself and that holds nothing else:
+  every dataset folder smerge writes carries the marker file ``MARKER``, put in the staging
+  folder before it is renamed into place and listing every entry smerge wrote there; any
+  other entry, at any depth, keeps the folder (``output_staging.replace_refusal`` names the
+  first). An empty folder counts as absent. A folder holding anything else is never
   replaced, nor a path that is an input or (a folder) contains an input or the current
   directory. ``check_target`` says so before anything is written (``OutputError``: exit 2),
-  and ``replace_dir`` checks again at the moment of the rename.
+  and ``replace_dir`` checks again at the moment of the rename and on the folder it swapped
+  out before removing it (a file added during the run: the swap is undone, exit 2).
 - **Distinct paths.** ``check_distinct`` refuses two outputs of one run (or of one batch file)
   with the same real path, an output that is an input, and an output inside a folder output.
 - **Modes.** Temporary files and staging folders are created with ``0o666``/``0o777`` and the

@@ -130,6 +130,78 @@ def test_foreign_folder_is_never_replaced_and_smerges_own_is(cmd, d, tmp_path, c
     assert (out / MARKER).is_file() and sorted(os.listdir(tmp_path)) == ["d", "out"]
 
 
+# ---- a folder smerge wrote, holding files of the user's ------------------------------------------
+
+def _written_folder(kind, d, tmp_path, ncar_dir, capsys):
+    """(the folder, the cgm arguments but -o) after `smerge cgm ... -o` wrote it: a Parquet dataset
+    folder, or a Zarr store on the NCAR grid."""
+    if kind == "dataset":
+        out, argv = tmp_path / "out", ["cgm", d / "A.parquet", d / "B.parquet", "--keys", "k", "--local"]
+    else:
+        shutil.copy(f"{ncar_dir}/Pstorm.cdf", tmp_path / "A.nc")
+        shutil.copy(f"{ncar_dir}/Tstorm.cdf", tmp_path / "B.nc")
+        out, argv = tmp_path / "out.zarr", ["cgm", tmp_path / "A.nc", tmp_path / "B.nc", "--local"]
+    rc, _, se = run_cli(capsys, *argv, "-o", out)
+    assert rc == 0, se
+    return out, argv
+
+
+@pytest.mark.parametrize("kind", ["dataset", "zarr"])
+@pytest.mark.parametrize("added, named", [
+    (["NOTES.txt", "analysis/result.csv"], "NOTES.txt"),  # the tester's case
+    (["analysis/result.csv"], "analysis/"),
+    ("nested", None),  # inside a folder smerge wrote (Zarr: a chunk folder)
+])
+def test_overwrite_keeps_a_smerge_folder_holding_a_users_files(kind, added, named, d, tmp_path, capsys, ncar_dir,
+                                                              tmp_path_factory):
+    """`smerge cgm ... -o out` then files of the user's in out/: `--overwrite` exits 2 with one
+    line naming the first of them, every file byte-identical; moved out, the folder is replaced."""
+    out, argv = _written_folder(kind, d, tmp_path, ncar_dir, capsys)
+    written, snapshot = tree(out), tmp_path_factory.mktemp("snapshot") / "out"
+    shutil.copytree(out, snapshot, symlinks=True)
+    if added == "nested":
+        sub = "p/c/0/" if kind == "zarr" else "part-00000.parquet/"
+        if kind == "dataset":  # a folder of the user's named like a part
+            os.rename(out / "part-00000.parquet", tmp_path / "part")
+        added, named = [f"{sub}mine.txt"], f"{sub}mine.txt" if kind == "zarr" else sub
+    for rel in added:
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out / rel).write_text("my notes")
+    before = tree(tmp_path)
+    rc, _, se = run_cli(capsys, *argv, "-o", out, "--overwrite")
+    assert_refused(rc, se, f"holds '{named}', which smerge did not write", before=before, root=tmp_path)
+    assert "move" in se and "choose another -o" in se
+    shutil.rmtree(out)  # the user's files moved out: the folder as smerge wrote it
+    shutil.copytree(snapshot, out, symlinks=True)
+    assert tree(out) == written
+    rc, _, se = run_cli(capsys, *argv, "-o", out, "--overwrite")
+    assert rc == 0, se
+    assert set(tree(out)) == set(written) and not [n for n in os.listdir(tmp_path) if ".smerge-" in n]
+
+
+@pytest.mark.parametrize("kind", ["dataset", "zarr"])
+def test_a_file_added_to_the_folder_during_the_run_is_kept(kind, d, tmp_path, capsys, ncar_dir, monkeypatch):
+    """A file saved in the output folder while the run writes (after the checks before the run):
+    the run exits 2 when it would put its output in place, the file and the previous output
+    kept, and this run's output discarded (no staging folder left)."""
+    import smerge.datasets.writers as writers
+
+    out, argv = _written_folder(kind, d, tmp_path, ncar_dir, capsys)
+    real = writers.replace_dir
+
+    def meanwhile(staging, target, **kw):  # the hook between the run and putting its output in place
+        (out / "NOTES.txt").write_text("my notes")
+        return real(staging, target, **kw)
+
+    monkeypatch.setattr(writers, "replace_dir", meanwhile)
+    written = tree(out)
+    rc, _, se = run_cli(capsys, *argv, "-o", out, "--overwrite")
+    assert rc == 2 and se.count("\n") == 1, se
+    assert "holds 'NOTES.txt', which smerge did not write (found when this run put its output in place" in se
+    assert tree(out) == {**written, "NOTES.txt": b"my notes"}
+    assert not [n for n in os.listdir(tmp_path) if ".smerge-" in n]
+
+
 def test_index_build_over_an_existing_file_is_exit_2(d, tmp_path, capsys):
     f = tmp_path / "existing_file"
     f.write_text("keep")
@@ -301,7 +373,14 @@ def test_spark_dataset_folder_is_marked_replaced_and_honours_the_umask(d, tmp_pa
     for name, m in got.items():
         want = 0o750 if os.path.isdir(tmp_path / "out" / name) else 0o640
         assert m == want, f"{name}: {oct(m)}, want {oct(want)}"
-    (tmp_path / "out" / "ds" / "stale.parquet").write_bytes(b"x")
+    assert json.loads((tmp_path / "out" / "ds" / MARKER).read_text().partition("\n")[2]) == {
+        "entries": sorted(n for n in os.listdir(tmp_path / "out" / "ds") if n != MARKER)}  # what smerge wrote
+    (tmp_path / "out" / "ds" / "stale.parquet").write_bytes(b"x")  # not smerge's: the folder is kept
+    before = tree(tmp_path)
+    rc, _, se = spark_cgm_here(spark_cli, tmp_path, "-o", "out/ds", "--overwrite")
+    assert rc == 2 and se.count("\n") == 1 and "holds 'stale.parquet', which smerge did not write" in se, se
+    assert tree(tmp_path) == before
+    (tmp_path / "out" / "ds" / "stale.parquet").unlink()
     rc, _, se = spark_cgm_here(spark_cli, tmp_path, "-o", "out/ds", "--overwrite")
     assert rc == 0, se
     assert spark_cli.masters == ["local[2]"]

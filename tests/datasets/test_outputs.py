@@ -64,7 +64,14 @@ def test_marked_folder_is_replaced_and_the_new_one_is_marked(tmp_path):
     with open_output(out + "/", SCHEMA) as w:
         w.write(BATCH)
     assert sorted(os.listdir(out)) == [MARKER, "part-00000.parquet"]
-    (tmp_path / "ds" / "stale.parquet").write_bytes(b"x")
+    (tmp_path / "ds" / "stale.parquet").write_bytes(b"x")  # not smerge's: the folder is kept
+    before = tree(out)
+    with pytest.raises(OutputError, match="holds 'stale.parquet', which smerge did not write"):
+        check_target(out, overwrite=True, folder=True)
+    with pytest.raises(OutputError, match="holds 'stale.parquet'"):
+        open_output(out, SCHEMA, overwrite=True)
+    assert tree(out) == before and sorted(os.listdir(tmp_path)) == ["ds"]
+    (tmp_path / "ds" / "stale.parquet").unlink()
     check_target(out, overwrite=True, folder=True)
     with open_output(out, SCHEMA, overwrite=True) as w:
         w.write(BATCH)

@@ -224,8 +224,8 @@ def test_a_foreign_folder_swapped_in_is_given_back(tmp_path, monkeypatch):
     real = output_commit.refuse_existing_dir
     calls = []
 
-    def sneaky(path, opt):
-        real(path, opt)
+    def sneaky(path, opt, **kw):
+        real(path, opt, **kw)
         if not calls:  # after the check passed: someone replaces the folder with their own
             calls.append(1)
             os.rename(ds, tmp_path / "moved")

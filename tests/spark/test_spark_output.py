@@ -96,7 +96,10 @@ def test_gridded_inputs_are_planned_from_metadata_and_dataset_output(spark, tmp_
     # an existing dataset needs --overwrite; with it the folder is replaced
     with pytest.raises(OutputError, match="already exists"):
         prepare(CGMJob(output=out, **base))
-    (tmp_path / "ds" / "stale.parquet").write_bytes(b"x")
+    (tmp_path / "ds" / "stale.parquet").write_bytes(b"x")  # not smerge's: the folder is kept
+    with pytest.raises(OutputError, match="holds 'stale.parquet', which smerge did not write"):
+        prepare(CGMJob(output=out, overwrite=True, **base))
+    (tmp_path / "ds" / "stale.parquet").unlink()  # replaced whole: the old parts 1 and 2 go too
     st = run_cgm_spark(prepare(CGMJob(output=str(tmp_path / "ds"), overwrite=True, format="parquet-dataset",
                                       **base)), partitions=1, spark=spark)
     assert st["plan"] == {"a": "none", "b": "none"}
