@@ -1,11 +1,11 @@
 """netCDF backend (netCDF4): read in slabs of the outermost dimension, never whole.
 
 A netCDF input is the selected variables (same dimensions) flattened in C order; every record
-carries the keys. Default variables: every numeric non-coordinate variable on the dimensions
-of the variable with the most dimensions. Default keys: the coordinate variables of those
-dimensions; a dimension without one takes the 1-D variable CF marks as its coordinate
-(``lat(latitude)``), else it is keyed by its index (an int64 column named after it). A grid can
-be read in another grid's dimension order (``order``), so a transposed B pairs like A.
+carries the keys. Default variables: every non-coordinate variable, numeric or text, on exactly
+the dimensions of the numeric variable with the most dimensions. Default keys: the coordinate
+variables of those dimensions; a dimension without one takes the 1-D variable CF marks as its
+coordinate (``lat(latitude)``), else it is keyed by its index (an int64 column named after it).
+A grid can be read in another grid's dimension order (``order``), so a transposed B pairs like A.
 Keys may also be variables on the same dimensions (point lists: ``time(rec), lat(rec)``).
 Fill values, ``scale_factor`` and ``add_offset`` are applied as netCDF4 does; missing values
 become nulls.
@@ -88,12 +88,15 @@ class NetCDFBackend:
                 # cell measures or ancillary variables (lat_bnds, lat2d, crs, cell_area, ...).
                 referenced = {r for v in allvars.values() for a in v.ncattrs()
                               for r in references(a, v.getncattr(a))}
-                cands = [n for n, v in allvars.items()
-                         if n not in coord_names and n not in referenced and v.ndim > 0 and _is_numeric(v)]
-                if not cands:
+                cands = [n for n, v in allvars.items() if n not in coord_names and n not in referenced
+                         and v.ndim > 0 and (_is_numeric(v) or _is_string(v))]
+                numeric = [n for n in cands if _is_numeric(allvars[n])]
+                if not numeric:
                     raise InputError(f"{path}: no numeric data variable; it has {', '.join(allvars)}{_group_hint(ds)}")
-                dims = max((allvars[n].dimensions for n in cands), key=len)
-                chosen = [n for n in cands if allvars[n].dimensions == dims]
+                # the records: the dimensions of the numeric variable with the most; every variable on
+                # exactly these (text too: a char variable's string length is not a record dimension)
+                dims = max((allvars[n].dimensions for n in numeric), key=len)
+                chosen = [n for n in cands if _record_dims(allvars[n]) == dims]
             # variables named in a `coordinates` attribute (CF marks them as coordinates)
             named = {r for v in allvars.values() if "coordinates" in v.ncattrs()
                      for r in str(v.getncattr("coordinates")).split()}
