@@ -116,3 +116,26 @@ def test_level_as_key_of_both_pairs_every_level(tmp_path, capsys):
     t = pq.read_table(out)
     assert t.column("b_row").to_pylist() == list(range(24))
     assert t.column("T_b").to_pylist() == (np.arange(24) * 10.0).tolist()
+
+
+@pytest.mark.slow
+def test_a_level_not_a_key_is_refused_against_a_server(tmp_path):
+    import subprocess
+    import sys
+
+    a = grid(tmp_path / "a4d.nc", level=True)
+    b = grid(tmp_path / "b3d.nc", level=False)
+    (tmp_path / "tok").write_text("unkeyed-dims-token")
+    p = subprocess.Popen([sys.executable, "-m", "smerge", "serve", b, "--port", "0", "--token-file",
+                          str(tmp_path / "tok")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = p.stdout.readline().strip()
+        out = tmp_path / "o.parquet"
+        r = subprocess.run([sys.executable, "-m", "smerge", "rtm", a, "--server", url, "--token-file",
+                            str(tmp_path / "tok"), "--local", "--keys", "time,lat,lon", "-o", str(out)],
+                           capture_output=True, text=True)
+        assert (r.returncode, r.stderr) == (2, message(a, "A", opt="--vars-a"))
+        assert not out.exists()
+    finally:
+        p.terminate()
+        p.wait(10)
