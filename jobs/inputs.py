@@ -68,6 +68,9 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     check_index_keys(src_a, src_b)
     for side, src in (("A", src_a), ("B", src_b)):
         check_keys_cover(src, side)
+    from smerge.jobs.longitudes import check_longitudes
+
+    check_longitudes(src_a, src_b)
     return src_a, src_b
 
 
