@@ -27,7 +27,7 @@ from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, regi
 from smerge.datasets.cf_refs import references
 from smerge.datasets.cf_time import CFTime, parse_cf_time
 from smerge.datasets.netcdf_file import (_MAGICS, _VALID_ATTRS, FORMAT, NC_LOCK, _group_hint, _is_numeric, _is_string,
-                                         _key_error, _open, _read_error, _record_dims)
+                                         _decode_error, _key_error, _open, _read_error, _record_dims)
 from smerge.datasets.netcdf_grid import _check_slab_size, _dimension_key, _direction, _locating, _reorder
 from smerge.datasets.netcdf_slabs import _SlabPlan, _source
 from smerge.errors import InputError, MissingKeyError, UsageError
@@ -250,6 +250,8 @@ class NetCDFBackend:
             probe = v[(slice(0, 1),) * v.ndim] if v.ndim else v[...]
         except (OSError, RuntimeError, IndexError) as e:
             raise _read_error(path, f"variable {name!r}", e) from None
+        except TypeError as e:
+            raise _decode_error(path, name, e) from None
         return np.ma.getdata(probe).dtype
 
 

@@ -97,6 +97,18 @@ def _read_error(path: str, what: str, e: Exception) -> InputError:
     )
 
 
+def _decode_error(path: str, name: str, e: TypeError) -> InputError:
+    """netCDF4-python (1.7) cannot mask an _Unsigned integer variable that has valid_min,
+    valid_max or valid_range but no _FillValue (its default fill value does not convert to the
+    unsigned type): one line saying what to add; any other TypeError is re-raised as is."""
+    if "fill_value" not in str(e):
+        raise e
+    return InputError(
+        f"{path}: variable {name!r} cannot be decoded by netCDF4-python ({e}): an _Unsigned variable with "
+        f"valid_min/valid_max/valid_range needs a _FillValue attribute; add one (e.g. ncatted -a _FillValue,{name},c,b,-1) "
+        "or leave the variable out of the run")
+
+
 def _arrow(values: np.ndarray) -> pa.Array:
     if np.ma.isMaskedArray(values):
         mask = np.ma.getmaskarray(values)

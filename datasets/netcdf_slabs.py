@@ -16,8 +16,8 @@ import pyarrow as pa
 
 from smerge.datasets.base import DEFAULT_BATCH_ROWS, GridInfo, InputSource, RawKey
 from smerge.datasets.cf_time import GREGORIAN_SWITCH_US
-from smerge.datasets.netcdf_file import (_VALID_ATTRS, FORMAT, NC_LOCK, _arrow, _as_stored, _open, _range_masked,
-                                         _read_error, _strings)
+from smerge.datasets.netcdf_file import (_VALID_ATTRS, FORMAT, NC_LOCK, _arrow, _as_stored, _decode_error, _open,
+                                         _range_masked, _read_error, _strings)
 from smerge.errors import InputError
 
 def _chunk_cache(var, axis: int, n: int, limit: int = 256 << 20) -> None:
@@ -133,6 +133,8 @@ class _SlabPlan:
                 return self._read_reordered(var, a, b)
         except (OSError, RuntimeError, IndexError, ValueError) as e:
             raise _read_error(self.path, f"variable {name!r}", e) from None
+        except TypeError as e:
+            raise _decode_error(self.path, name, e) from None
 
     def _read_outer(self, ds, name: str, a: int, b: int):
         """The 1-D coordinate ``name`` of the plan's outer dimension at outer indices ``a:b``."""
