@@ -44,6 +44,9 @@ def build(
         src = open_input(b, keys=split_list(keys), variables=split_list(vars_))
         if not src.keys:
             raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+        from smerge.jobs.inputs import check_keys_cover
+
+        check_keys_cover(src, "B", "--vars")  # a dimension no key is on: any of its records could pair
         check_stats_path(stats, overwrite=overwrite, inputs=[b])
         read = src.open_batches
         bar = tqdm_progress(progress_enabled(progress))

@@ -87,6 +87,9 @@ def serve(
             src = open_input(b, keys=split_list(index_keys), variables=split_list(vars_))
             if not src.keys:
                 raise UsageError(f"{b}: no merge keys; pass --keys K1,K2 (tabular inputs have no default keys)")
+            from smerge.jobs.inputs import check_keys_cover
+
+            check_keys_cover(src, "B", "--vars")  # a dimension no key is on: any of its records could pair
             idx = BIndex.from_source(src, name=name, nan_keys=nan_keys, tree="background")
         summaries = None
         if wants_summary:

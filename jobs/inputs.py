@@ -74,7 +74,7 @@ def open_inputs(job, opener: Callable[..., InputSource] = open_input) -> tuple[I
     return src_a, src_b
 
 
-def check_keys_cover(src: InputSource, side: str) -> None:
+def check_keys_cover(src: InputSource, side: str, vars_option: str | None = None) -> None:
     """Every record dimension of a grid is one some key is on. Records that differ only along a
     dimension no key is on (``level`` of ``T(time, level, lat, lon)`` keyed by time, lat, lon)
     have the same keys, so a record of the other input could pair with any of them (cgm and rtm
@@ -86,7 +86,7 @@ def check_keys_cover(src: InputSource, side: str) -> None:
     what = f"variable {', '.join(map(repr, g.variables))}" if g.variables else "its keys"
     dims = ", ".join(f"{d!r} ({g.shape[g.dims.index(d)]:,})" for d in g.unkeyed_dims)
     first = g.unkeyed_dims[0]
-    vars_ = param.vars_a if side == "A" else param.vars_b
+    vars_ = vars_option or (param.vars_a if side == "A" else param.vars_b)
     raise UsageError(
         f"{src.path}: {what} ({side}) has the dimension{'s' if len(g.unkeyed_dims) > 1 else ''} {dims} that no "
         f"key ({','.join(src.keys)}) is on, so its records along it have the same keys and any of them could pair; select one {first} first (ncks -d "

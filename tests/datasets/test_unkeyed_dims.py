@@ -139,3 +139,18 @@ def test_a_level_not_a_key_is_refused_against_a_server(tmp_path):
     finally:
         p.terminate()
         p.wait(10)
+
+
+def test_index_build_of_a_b_with_a_dimension_no_key_is_on_is_refused(tmp_path, capsys):
+    """`smerge index build` (and `serve`, which shares the check) of such a B: an rtm --server
+    run against it could pair any level; exit 2 before anything is written."""
+    b = grid(tmp_path / "b4d.nc", level=True)
+    out = tmp_path / "idx"
+    rc, _, err = run_cli(capsys, "index", "build", b, "--keys", "time,lat,lon", "-o", out)
+    assert rc == 2 and err == message(b, "B", opt="--vars") and not out.exists()
+
+
+def test_serve_of_a_b_with_a_dimension_no_key_is_on_is_refused(tmp_path, capsys):
+    b = grid(tmp_path / "b4d.nc", level=True)
+    rc, _, err = run_cli(capsys, "serve", b, "--keys", "time,lat,lon")
+    assert rc == 2 and err == message(b, "B", opt="--vars")
