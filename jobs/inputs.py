@@ -104,13 +104,22 @@ def check_kappa_memory(src_a: InputSource, src_b: InputSource) -> None:
                "unbounded merge)", f"leave out {param.kappa_max}, or run it on a subset")
 
 
+TABLE_FORMATS = ("parquet", "csv", "arrow", "archive")
+
+
 def grid_order(src_a: InputSource, keys_b) -> list[tuple[str, int]] | None:
     """B's keys in the order (and direction) A's grid stores them, when A is a grid keyed by its
     dimensions' coordinates (one key per dimension): B, if it is such a grid too, is then read
     in that order, so a B stored (time, lon, lat), (lat, time, lon) or with latitudes north to
-    south pairs as if stored like A. None when A is not such a grid."""
+    south pairs as if stored like A. When A is a table (Parquet, CSV, Arrow, an archive): B's
+    keys in the order given, each ascending. None otherwise (A another grid, or a server)."""
     g = src_a.grid
-    if g is None or len(src_a.keys) != len(g.dims) or len(keys_b) != len(src_a.keys):
+    if g is None:
+        # A table (station reports, a point list written by pandas): its records are taken to be
+        # sorted ascending by its keys in the order given, so a grid B is read in that order,
+        # every coordinate ascending (B is read as stored when its keys are not one per dimension)
+        return [(k, 1) for k in keys_b] if src_a.format in TABLE_FORMATS else None
+    if len(src_a.keys) != len(g.dims) or len(keys_b) != len(src_a.keys):
         return None
     by_dim = {d: k for k, d in g.key_dims.items()}
     if set(by_dim) != set(g.dims) or set(by_dim.values()) != set(src_a.keys):

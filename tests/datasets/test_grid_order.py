@@ -215,3 +215,23 @@ def test_tabular_b_still_best_effort(tmp_path, capsys):
     rc, so, se = run_cli(capsys, "cgm", a, tmp_path / "b.parquet", "--local", "-o", tmp_path / "o.parquet",
                          "--overwrite", "--keys", "time,lat,lon", "--kappa-max", *SMALL_WINDOW)
     assert rc == 0 and "shortfall" in so and "read as stored" in so, so
+
+
+@pytest.mark.parametrize("order", permutations(("time", "lat", "lon")))
+@pytest.mark.parametrize("flip", [(), ("lat",)])
+def test_a_table_as_a_reads_b_in_its_key_order(order, flip, tmp_path, capsys):
+    """Station reports (a table sorted by time, lat, lon, as pandas' sort_values leaves it) against
+    a grid B stored in any dimension order, latitudes either way: every report pairs its cell,
+    whatever the window (B read in the keys' order, each coordinate ascending); before, a B
+    stored (lon, lat, time) paired almost nothing at a small window."""
+    import pyarrow as pa
+
+    src = open_input(write_grid(tmp_path / "at.nc", ("time", "lat", "lon")), keys=["time", "lat", "lon"])
+    a = pa.Table.from_batches(list(src.batches()))
+    a = a.take(np.arange(0, a.num_rows, 7))  # a sparse subset of the cells: station reports
+    pq.write_table(a, tmp_path / "a.parquet")
+    b = write_grid(tmp_path / "b.nc", order, flip=flip)
+    stats, t = merge(capsys, tmp_path / "a.parquet", b, tmp_path / "o.parquet", "--keys", "time,lat,lon")
+    assert stats["matched"] == stats["a_records"] == a.num_rows
+    assert stats["b_order"] == ("as stored" if order == ("time", "lat", "lon") and not flip else "A's key order")
+    assert_same_places(t)
