@@ -109,34 +109,51 @@ def mark_dataset(folder: str) -> None:
         f.write("\n")
 
 
-def _listed(folder: str) -> set[str] | None:
-    """The entries the marker of ``folder`` lists, or None for a marker without a list (an older
+def parse_marker(text: str) -> set[str] | None:
+    """The entries a marker's ``text`` lists, or None for a marker without a list (an older
     smerge's, or one edited by hand)."""
+    head, _, rest = text.partition("\n")
     try:
-        with open(os.path.join(folder, MARKER)) as f:
-            head, _, rest = f.read().partition("\n")
         entries = json.loads(rest)["entries"] if head + "\n" == MARKER_HEAD else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         return None
     if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
         return None
     return set(entries)
 
 
-def foreign_entry(folder: str) -> str | None:
-    """The first entry (relative path, sorted, parents first) of the marked ``folder`` that smerge
-    did not write there, or None: what its marker lists, or for an older marker the names of
-    the matching ``LEGACY_LAYOUTS``. A link, or anything not a file or folder, is foreign."""
-    listed = _listed(folder)
+def first_foreign(entries, listed: set[str] | None, has_top) -> str | None:
+    """The first of ``entries`` ((relative path, kind) as ``_walk`` gives them) that smerge did
+    not write: not in ``listed`` (a marker's list), or for an older marker (None) not a name
+    of the ``LEGACY_LAYOUTS`` kind told by ``has_top(name)`` (a file at the folder's top).
+    Kind "?" (a link, anything not a file or folder) is always foreign; the marker never."""
     layout = None
     if listed is None:
-        layout = next(pat for top, pat in LEGACY_LAYOUTS if not top or os.path.isfile(os.path.join(folder, top)))
-    for path, kind in _walk(folder):
+        layout = next(pat for top, pat in LEGACY_LAYOUTS if not top or has_top(top))
+    for path, kind in entries:
         if path == MARKER:
             continue
         if kind == "?" or (path not in listed if layout is None else not layout.fullmatch(path)):
             return path or "."
     return None
+
+
+def foreign_entry(folder: str) -> str | None:
+    """The first entry (relative path, sorted, parents first) of the marked ``folder`` that smerge
+    did not write there, or None (``first_foreign``)."""
+    try:
+        with open(os.path.join(folder, MARKER), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    return first_foreign(_walk(folder), parse_marker(text), lambda top: os.path.isfile(os.path.join(folder, top)))
+
+
+def foreign_error(opt: str, shown: str, entry: str, *, during: bool = False) -> OutputError:
+    """The refusal of a folder smerge wrote that holds ``entry``, which smerge did not write."""
+    when = " (found when this run put its output in place: it is kept, this run's output discarded)" if during else ""
+    return OutputError(f"{opt} {shown!r} holds {entry!r}, which smerge did not write{when}; {param.overwrite} never "
+                       f"deletes a folder holding anything else: move {entry!r} out of it, or choose another {opt}")
 
 
 def is_empty_dir(path: str) -> bool:
@@ -161,11 +178,7 @@ def replace_refusal(path: str, opt: str, *, shown: str | None = None, during: bo
                            f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or "
                            f"choose another {opt}")
     entry = foreign_entry(path)
-    if entry is None:
-        return None
-    when = " (found when this run put its output in place: it is kept, this run's output discarded)" if during else ""
-    return OutputError(f"{opt} {shown!r} holds {entry!r}, which smerge did not write{when}; {param.overwrite} never "
-                       f"deletes a folder holding anything else: move {entry!r} out of it, or choose another {opt}")
+    return None if entry is None else foreign_error(opt, shown, entry, during=during)
 
 
 def refuse_existing_dir(path: str, opt: str, *, during: bool = False) -> None:

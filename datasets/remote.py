@@ -196,7 +196,8 @@ def read_magic(path: str) -> bytes:
 # Outputs on object stores. The output is written to a local temporary file (or staging
 # folder) as any other output, then uploaded at the commit; nothing appears under the final
 # key before. The output rule holds as for local outputs: an existing key is replaced only with
-# ``--overwrite``, a "folder" (key prefix) only when smerge wrote it (its marker object).
+# ``--overwrite``, a "folder" (key prefix) only when smerge wrote it (its marker object) and it
+# holds no object but those the marker lists (``output_staging.first_foreign``).
 # Without ``--overwrite`` the key is checked before the run, and claimed at the commit by a
 # conditional put (S3 ``If-None-Match: *``: of two runs racing for one key exactly one wins);
 # stores without conditional puts (gs://, az://) are checked again just before the upload, and
@@ -227,12 +228,14 @@ def _keys(fs, p: str) -> list[str]:
         return []
 
 
-def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o") -> None:
+def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o", during: bool = False) -> list[str]:
     """The output rule for an object-store output, before anything is written: the bucket exists
     and answers (credentials, endpoint), the key is absent (or ``overwrite``), a folder output
-    replaces only a prefix smerge wrote (its marker object), a file output is not a prefix.
-    ``OutputError`` (one line, exit 2) otherwise."""
-    from smerge.datasets.output_staging import MARKER
+    replaces only a prefix smerge wrote (its marker object) holding no object but those its
+    marker lists (``output_staging.first_foreign``), a file output is not a prefix.
+    ``OutputError`` (one line, exit 2) otherwise; ``during``: checked at the commit. Returns
+    the objects of the prefix checked (those a folder output may remove)."""
+    from smerge.datasets.output_staging import MARKER, first_foreign, foreign_error, parse_marker
     from smerge.errors import OutputError
 
     label = _label(opt)
@@ -261,11 +264,21 @@ def check_output(path: str, *, overwrite: bool, folder: bool, opt: str = "-o") -
             raise OutputError(f"{label} {path!r} is a folder smerge did not write (no {MARKER} marker object in it); "
                               f"{param.overwrite} replaces only smerge's own dataset folders: remove it yourself or choose "
                               f"another {opt}")
-        return
+        if keys:
+            rels = sorted(k[len(p) + 1:] for k in keys)
+            try:
+                text = fs.cat_file(f"{p}/{MARKER}").decode(errors="replace")
+            except Exception:  # noqa: BLE001 - unreadable: an older marker's rule, the stricter
+                text = ""
+            entry = first_foreign(((r, "f") for r in rels), parse_marker(text), rels.__contains__)
+            if entry is not None:
+                raise foreign_error(opt, path, entry, during=during)
+        return keys
     if keys:
         raise OutputError(f"{label} {path!r} is a folder (objects below it); name an object")
     if is_file and not overwrite:
         raise OutputError(f"{label} {path!r} already exists; pass {param.overwrite} to replace it or choose another {opt}")
+    return keys
 
 
 def _taken(path: str, opt: str):
@@ -305,7 +318,8 @@ def upload_file(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> N
 def upload_dir(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> None:
     """Put the finished local folder ``local`` (which holds smerge's marker) at the prefix
     ``path``: every file, the marker last; with ``overwrite`` the objects of the previous output
-    that the new one does not hold are removed after. The folder rule is checked again first."""
+    that the new one does not hold are removed after. The folder rule is checked again first,
+    and only the objects it checked may be removed."""
     import shutil
 
     from smerge.datasets.output_staging import MARKER
@@ -314,8 +328,9 @@ def upload_dir(local: str, path: str, *, overwrite: bool, opt: str = "-o") -> No
     p = p.rstrip("/")
     done: list[str] = []
     try:
-        check_output(path, overwrite=overwrite, folder=True, opt=opt)
-        old = set(_keys(fs, p)) if overwrite else set()
+        # the previous output's objects as checked: one put there since is never removed
+        checked = check_output(path, overwrite=overwrite, folder=True, opt=opt, during=True)
+        old = set(checked) if overwrite else set()
         files = []
         for root, _, names in os.walk(local):
             for n in names:

@@ -104,9 +104,13 @@ def test_existing_key_refused_without_overwrite(s3, tmp_path, capsys):
     # our own dataset folder is replaced with --overwrite, its old objects gone
     rc, so, se = run(capsys, "cgm", a, b, *ARGS, "-o", f"s3://{bucket}/ours/")
     assert rc == 0, se
-    fs.pipe(f"{bucket}/ours/part-99999.parquet", b"stale")
+    fs.pipe(f"{bucket}/ours/part-99999.parquet", b"stale")  # not smerge's: the prefix is kept
     rc, so, se = run(capsys, "cgm", a, b, *ARGS, "-o", f"s3://{bucket}/ours/")
     assert rc == 2 and "already exists" in se
+    rc, so, se = run(capsys, "cgm", a, b, *ARGS, "-o", f"s3://{bucket}/ours/", "--overwrite")
+    assert rc == 2 and "holds 'part-99999.parquet', which smerge did not write" in se, se
+    assert fs.cat(f"{bucket}/ours/part-99999.parquet") == b"stale"
+    fs.rm(f"{bucket}/ours/part-99999.parquet")
     rc, so, se = run(capsys, "cgm", a, b, *ARGS, "-o", f"s3://{bucket}/ours/", "--overwrite")
     assert rc == 0, se
     assert sorted(k.rsplit("/", 1)[-1] for k in fs.find(f"{bucket}/ours")) == [".smerge-dataset", "part-00000.parquet"]

@@ -183,7 +183,9 @@ def dataset(path, v):
 
 def test_the_exchange_leaves_a_complete_output_at_every_moment(tmp_path):
     """A reader polling the folder while it is replaced 30 times always finds a complete
-    dataset (the old or the new one), never a missing or half-moved one."""
+    dataset (the old or the new one), never a missing or half-moved one. The reader lists and
+    reads one folder (opened once); when that folder is no longer the one at the path (it
+    opened the old one just before the swap, which is being removed) it reads again."""
     ds = tmp_path / "ds"
     dataset(ds, 0)
     stop, seen, bad = threading.Event(), set(), []
@@ -191,8 +193,15 @@ def test_the_exchange_leaves_a_complete_output_at_every_moment(tmp_path):
     def reader():
         while not stop.is_set():
             try:
-                names = set(os.listdir(ds))
-                t = pq.read_table(str(ds / "part-00000.parquet"))
+                fd = os.open(ds, os.O_RDONLY | os.O_DIRECTORY)
+                try:
+                    names = set(os.listdir(fd))
+                    with os.fdopen(os.open("part-00000.parquet", os.O_RDONLY, dir_fd=fd), "rb") as f:
+                        t = pq.read_table(f)
+                    if os.fstat(fd).st_ino != os.stat(ds).st_ino:
+                        continue  # the old folder, swapped out since it was opened
+                finally:
+                    os.close(fd)
                 vals = set(t.column("x").to_pylist())
                 if MARKER not in names or t.num_rows != 50_000 or len(vals) != 1:
                     bad.append((names, t.num_rows, vals))
