@@ -179,6 +179,21 @@ def test_overwrite_keeps_a_smerge_folder_holding_a_users_files(kind, added, name
     assert set(tree(out)) == set(written) and not [n for n in os.listdir(tmp_path) if ".smerge-" in n]
 
 
+def test_index_build_keeps_an_index_folder_holding_a_users_file(d, tmp_path, capsys):
+    argv = ["index", "build", d / "B.parquet", "--keys", "k", "-o", tmp_path / "idx"]
+    rc, _, se = run_cli(capsys, *argv)
+    assert rc == 0, se
+    (tmp_path / "idx" / "queries").mkdir()
+    (tmp_path / "idx" / "queries" / "q1.json").write_text("{}")
+    before = tree(tmp_path)
+    rc, _, se = run_cli(capsys, *argv, "--overwrite")
+    assert_refused(rc, se, "holds 'queries/', which smerge did not write", before=before, root=tmp_path)
+    shutil.rmtree(tmp_path / "idx" / "queries")
+    rc, _, se = run_cli(capsys, *argv, "--overwrite")
+    assert rc == 0, se
+    assert sorted(os.listdir(tmp_path)) == ["d", "idx"]
+
+
 @pytest.mark.parametrize("kind", ["dataset", "zarr"])
 def test_a_file_added_to_the_folder_during_the_run_is_kept(kind, d, tmp_path, capsys, ncar_dir, monkeypatch):
     """A file saved in the output folder while the run writes (after the checks before the run):
