@@ -315,6 +315,19 @@ def streams_of(node: Node) -> frozenset[int]:
     return frozenset().union(*(streams_of(i) for i in node.items))
 
 
+def columns_of(node: Node | None) -> set[tuple[int, str]]:
+    """The (stream, column) pairs a (sub)expression reads."""
+    if node is None or isinstance(node, Lit):
+        return set()
+    if isinstance(node, Col):
+        return {(node.stream, node.name)}
+    if isinstance(node, (Neg, Abs, Not)):
+        return columns_of(node.x)
+    if isinstance(node, (Arith, Cmp)):
+        return columns_of(node.left) | columns_of(node.right)
+    return set().union(*(columns_of(i) for i in node.items))
+
+
 def conjuncts(node: Node) -> list[Node]:
     """Split a top-level conjunction ``a and b and ...`` into its parts."""
     if isinstance(node, BoolOp) and node.op == "and":

@@ -132,6 +132,8 @@ def _run(plan: Plan, streams, schemas, params: WJoinParams, stats: WJoinStats, s
                 raise InputError(f"{s.name}: time column {s.time_col!r} decreases at row {s.rows_read + d}; "
                                  "W-join needs every stream in non-decreasing time order (sort it first)")
             s.last_t = t[-1]
+            for c in plan.float_cols[i]:
+                N.refuse_nan(tab.column(c), c, s)
             h = hash_terms(tab, plan.hash_terms[i]) if plan.hash_terms is not None else np.empty(0, np.uint64)
             rows = np.arange(s.rows_read, s.rows_read + tab.num_rows, dtype=np.int64)
             s.rows_read += tab.num_rows

@@ -142,4 +142,22 @@ def times(col, kind: str, s) -> np.ndarray:
         raise InputError(f"{s.name}: time column {s.time_col!r} is NaN at row {row}; every record needs a time")
     return v
 
-__all__ = ["one_chunk", "values", "take", "mask_numpy", "times"]
+def refuse_nan(col, name: str, s) -> None:
+    """A NaN (not a NULL) in the floating-point column ``name`` of stream ``s`` that the join's
+    predicate reads is an ``InputError`` naming its row: the W-join's result is the SQL query's,
+    where NaN equals NaN and sorts above every number, but its probes, band checks and numpy
+    comparisons are IEEE's (NaN equals nothing, compares false). Refused rather than answered
+    differently from SQL."""
+    v = values(col)
+    if v is not None:
+        m = np.isnan(v)
+    else:  # NULLs (or a chunked column): Arrow's is_nan, NULL counted as no NaN
+        m = X.to_numpy(X.call("coalesce", X.call("is_nan", col), X.scalar(False)))
+    if m.any():
+        row = s.rows_read + int(np.argmax(m))
+        raise InputError(f"{s.name}: column {name!r} is NaN at row {row}; the join's predicate follows SQL, where NaN "
+                         "equals NaN and sorts above every number, which this W-join does not do: write missing "
+                         "values as NULL (pandas' to_parquet and pyarrow.Table.from_pandas do) or leave those rows out")
+
+
+__all__ = ["one_chunk", "values", "take", "mask_numpy", "times", "refuse_nan"]

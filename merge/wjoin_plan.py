@@ -92,6 +92,9 @@ class Plan:
     # [arriving stream][level] -> band conjuncts checked inside the probe of that level (taken
     # out of level_conj): see BandTerm
     level_band: list[list[list["BandTerm"]]] = field(default_factory=list)
+    # per stream: its floating-point columns the predicate (--on, --where) reads, where a NaN
+    # is refused (see merge/wjoin.py: SQL and IEEE disagree on NaN)
+    float_cols: list[list[str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -222,9 +225,12 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
             used.add(nm)
             id_names.append(nm)
             out_fields.append(pa.field(nm, pa.int64()))
+    read = X.columns_of(predicate)
+    float_cols = [sorted(c for s2, c in read if s2 == s and pa.types.is_floating(schemas[s].field(c).type))
+                  for s in range(n)]
     return Plan(n=n, kind=kind, wmat=w, dist=dist_t, dtype=dtype, predicate=predicate, hash_terms=hash_terms,
                  orders=orders, level_conj=level_conj, level_band=level_band, out_schema=pa.schema(out_fields), out_names=out_names,
-                 id_names=id_names, aliases=tuple(params.aliases))
+                 id_names=id_names, aliases=tuple(params.aliases), float_cols=float_cols)
 
 
 def _full_classes(conj: Sequence[X.Node], n: int) -> list[list[X.Col]] | None:
