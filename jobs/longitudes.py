@@ -4,8 +4,8 @@ Keys are compared as numbers: smerge does not wrap longitudes. A longitude key o
 -180..180 against the other's in 0..360 pairs only where the two conventions agree (0..180);
 every record west of Greenwich (or east of 180) would go unmatched, with exit 0. When both
 inputs' ranges of such a key are known before the run (a grid's coordinate values, a Parquet
-file's column statistics) and show the two conventions (one side below 0, the other above
-180), the run is exit 2 with how to bring one input to the other's convention. Where a range is
+file's column statistics) and show the two conventions (one side more than a degree below 0,
+the other more than a degree above 180), the run is exit 2 with how to bring one input to the other's convention. Where a range is
 not known before reading (CSV, Arrow IPC, a Parquet file without statistics, an index server),
 nothing is checked: the statistics' unmatched counts show such a loss.
 
@@ -23,6 +23,10 @@ from smerge.datasets import InputSource
 from smerge.errors import UsageError
 
 LON_NAMES = {"lon", "longitude"}
+# Degrees past 0 or 180 that count as the other convention: a grid offset by float noise or half
+# a cell (-0.01, 180.5 beside 0..360) is not -180..180; a station at -0.1 still pairs with 0.0
+# within a tolerance.
+MARGIN = 1.0
 _LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
 
 
@@ -82,8 +86,8 @@ def check_longitudes(src_a: InputSource, src_b: InputSource) -> None:
         ra, rb = key_range(src_a, ka), key_range(src_b, kb)
         if ra is None or rb is None:
             continue
-        if (ra[0] < 0 and rb[1] > 180) or (rb[0] < 0 and ra[1] > 180):
-            west, east = ("A", "B") if ra[0] < 0 else ("B", "A")
+        if (ra[0] < -MARGIN and rb[1] > 180 + MARGIN) or (rb[0] < -MARGIN and ra[1] > 180 + MARGIN):
+            west, east = ("A", "B") if ra[0] < -MARGIN else ("B", "A")
             raise UsageError(
                 f"longitude key {ka!r} of A ({src_a.path}) runs {ra[0]:g} to {ra[1]:g} and {kb!r} of B "
                 f"({src_b.path}) runs {rb[0]:g} to {rb[1]:g}: {west} counts longitudes from -180 to 180 and {east} "

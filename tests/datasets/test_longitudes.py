@@ -87,3 +87,12 @@ def test_a_range_unknown_before_reading_is_not_checked(tmp_path, capsys):
                  "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert (s["matched"], s["a_unmatched"]) == (2, 2)
+
+
+def test_a_grid_offset_by_noise_across_0_is_not_the_other_convention(tmp_path, capsys):
+    """B = A's 0..359 grid moved by -0.01 (float noise, a half-cell offset): min -0.01 is not a
+    -180..180 grid; the run pairs every cell (the margin is one degree)."""
+    a = grid(tmp_path / "a.nc", np.arange(0.0, 360.0, 10.0))
+    b = grid(tmp_path / "b.nc", np.arange(0.0, 360.0, 10.0) - 0.01)
+    assert main(["cgm", a, b, "--local", "--eps", "lat=0,lon=0.02", "-o", str(tmp_path / "o.parquet"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["matched"] == 5 * 36
