@@ -53,6 +53,8 @@ def same(nc: str, store: str, **kw) -> None:
         xr.testing.assert_identical(n, z)
         assert list(z.variables) and set(z.variables) == set(n.variables)
         for v in n.variables:
+            if n[v].dtype.kind in "OUT" and z[v].dtype.kind in "OUT":
+                continue  # text: xarray gives a netCDF string variable as '<U', a Zarr one as StringDType
             assert z[v].dtype == n[v].dtype, v
             for k in ("units", "calendar"):
                 assert z[v].encoding.get(k) == n[v].encoding.get(k), (v, k)
