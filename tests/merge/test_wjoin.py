@@ -351,3 +351,18 @@ def test_int_times_near_the_int64_range_saturate_the_window(on):
     want = sorted((x, y) for x in t1 for y in t2 if abs(x - y) <= w)
     assert len(want) == 7  # two of them with a bound past the range
     assert got == want
+
+
+def test_a_window_beyond_2_61_ticks_is_refused():
+    """Bounds are added to times in int64 by the probes and purges; a window past 2^61 ticks
+    (about 73 years in nanoseconds) was taken as 2^61, silently missing tuples further apart."""
+    from smerge.errors import UsageError
+    from smerge.merge.wjoin_plan import make_plan
+
+    t = pa.table({"t": pa.array(np.array([0, 10**18, 3 * 10**18], "datetime64[ns]")), "k": [1, 1, 1]})
+    with pytest.raises(UsageError, match=r"window S1,S2 is 3,153,600,000,000,000,000 nanoseconds, beyond the "
+                                         r"2,305,843,009,213,693,951 this join can bound"):
+        make_plan([t.schema, t.schema], WJoinParams(2, ("t",), window="36500d", on=("k",)))
+    p = WJoinParams(2, ("t",), window="3650d", on=("k",), with_ids=True)  # ~10 years: 3 tuples (0-0, 1-1, 2-2)
+    out = pa.Table.from_batches(list(wjoin([t.to_batches(), t.to_batches()], [t.schema, t.schema], p)))
+    assert sorted(zip(out["S1_row"].to_pylist(), out["S2_row"].to_pylist())) == [(0, 0), (1, 1), (2, 2)]
