@@ -11,7 +11,7 @@ Peers, in the same run on the same data:
 Data: per stream N records, integer times uniform on [0, N) (about 1 record per time unit,
 so a window of W units holds about W records per stream), join key uniform on [0, K).
 
-Usage: .venv/bin/python bench/bench_wjoin.py [--records 1000000] [--window 1000] [--keys 5000] [--skip-duckdb]
+Usage: .venv/bin/python bench/bench_wjoin.py [--records 1000000] [--window 1000] [--keys 5000] [--skip-duckdb] [--rounds 5]
            [--ways 2,3,4] [--seed-cases uniform:100,zipf:100] [--items 10000] [--zipf 1.0] [--write BENCHMARKS.md]
 """
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -262,12 +263,13 @@ def main(argv=None) -> int:
     ap.add_argument("--keys", type=int, default=5000)
     ap.add_argument("--ways", default="2,3,4")
     ap.add_argument("--purge-every", type=int, default=10_000)
-    ap.add_argument("--seed-cases", default=SEED_CASES,
+    ap.add_argument("--seed-cases", default=SEED_CASES,  # "none": only the DuckDB comparison
                     help="HW-join vs SHJ cases DIST:WINDOW (DIST uniform or zipf item popularity)")
     ap.add_argument("--items", type=int, default=10_000, help="item numbers in the HW-join vs SHJ comparison")
     ap.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of item popularity")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each HW-join / SHJ case (best time kept)")
     ap.add_argument("--skip-duckdb", action="store_true", help="only the HW-join vs SHJ comparison")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating engine / DuckDB rounds per way count")
     ap.add_argument("--write", default=None, help="BENCHMARKS.md to update (the wjoin section)")
     a = ap.parse_args(argv)
     ways = [int(x) for x in a.ways.split(",")]
@@ -282,17 +284,28 @@ def main(argv=None) -> int:
     rows = []
     for n in ([] if a.skip_duckdb else ways):
         tables = make_streams(n, a.records, a.keys, seed=n)
-        te, st = run_engine(tables, a.window)
-        td, nd = run_duckdb(tables, a.window)
-        assert nd == st.tuples, (nd, st.tuples)
+        tes, tds, loads = [], [], [os.getloadavg()[0]]
+        for r in range(a.rounds):  # alternating which goes first; the median of per-round ratios
+            for side in (("e", "d") if r % 2 == 0 else ("d", "e")):
+                if side == "e":
+                    te, st = run_engine(tables, a.window)
+                    tes.append(te)
+                else:
+                    td, nd = run_duckdb(tables, a.window)
+                    tds.append(td)
+            assert nd == st.tuples, (nd, st.tuples)
+            loads.append(os.getloadavg()[0])
+        te, td = statistics.median(tes), statistics.median(tds)
+        ratio = statistics.median(d / e for d, e in zip(tds, tes))
         recs = n * a.records
-        rows.append(dict(n=n, tuples=st.tuples, engine=te, duckdb=td, ratio=td / te, peak=st.peak_buffered,
-                         held=max(st.peak_held)))
+        rows.append(dict(n=n, tuples=st.tuples, engine=te, duckdb=td, ratio=ratio, peak=st.peak_buffered,
+                         held=max(st.peak_held), rounds=a.rounds, load=statistics.median(loads)))
         print(f"{n}-way: {st.tuples:,} tuples | smerge {te:.2f}s ({recs / te / 1e6:.2f} M rec/s) vs DuckDB {td:.2f}s "
-              f"-> {td / te:.2f}x DuckDB's throughput | peak buffered {st.peak_buffered} held {max(st.peak_held)}",
-              flush=True)
+              f"-> {ratio:.2f}x DuckDB's throughput (median of {a.rounds} alternating rounds; per round "
+              f"{', '.join(f'{d / e:.2f}' for d, e in zip(tds, tes))}; load {statistics.median(loads):.1f}) | "
+              f"peak buffered {st.peak_buffered} held {max(st.peak_held)}", flush=True)
     seed_rows = []
-    for case in a.seed_cases.split(","):
+    for case in ([] if a.seed_cases == "none" else a.seed_cases.split(",")):
         dist, w = case.split(":")
         w = int(w)
         for n in ways:
