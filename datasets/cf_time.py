@@ -59,7 +59,9 @@ TIMESTAMP_CALENDARS = ("standard", "proleptic_gregorian")
 # 1582-10-15 00:00 UTC in microseconds since 1970: standard == proleptic_gregorian from here on.
 GREGORIAN_SWITCH_US = -12219292800 * 10**6
 
-_SINCE = re.compile(r"^\s*([A-Za-z_]+)\s+since\s+(.+?)\s*$", re.IGNORECASE)
+# "since" then the reference; also with no space before a date ("hours since2000-01-01"), which
+# is then the CF shape that cftime refuses (exit 2), not a plain number
+_SINCE = re.compile(r"^\s*([A-Za-z_]+)\s+since(?:\s+|(?=[+\-\d]))(.+?)\s*$", re.IGNORECASE)
 # The reference: what cftime reads, and what it silently drops (a lone hour, a time after several
 # spaces, a one-digit or space-separated offset, a decimal comma). The date-time separator is T,
 # spaces, or one other character that is not a digit or a sign, as cftime allows.

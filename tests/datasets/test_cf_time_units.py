@@ -234,3 +234,14 @@ def test_cgm_refuses_a_unit_cftime_refuses_naming_file_variable_units(tmp_path, 
     assert "\n" not in line and "Traceback" not in line
     assert a in line and "'time'" in line and "'common_years since 1995-01-01'" in line
     assert "'common_years' units only allowed for '365_day' and 'noleap' calendars" in line
+
+
+def test_units_without_a_space_after_since_are_refused_not_read_as_numbers(tmp_path, capsys):
+    """'hours since2000-01-01' is the CF time shape that cftime refuses: exit 2 naming it, as for
+    any unit cftime refuses (it was read as a plain number and compared with plain numbers)."""
+    a = grid_file(tmp_path / "a.nc", [0.0, 1.0], "hours since2000-01-01", "standard")
+    b = grid_file(tmp_path / "b.nc", [0.0, 1.0], "hours since 2000-01-01", "standard")
+    rc, so, se = run_cli(capsys, "cgm", a, b, "--local", "-o", tmp_path / "o.parquet")
+    assert rc == 2 and len(se.strip().splitlines()) == 1, se
+    assert a in se and "'hours since2000-01-01'" in se
+    assert not (tmp_path / "o.parquet").exists()
