@@ -116,7 +116,9 @@ class CSVBackend:
                     return
                 yield from sliced(rebatch(self._reader(path), batch_rows), start, stop, schema)
             except (OSError, pa.ArrowException) as e:
-                raise InputError(f"{path}: cannot read CSV data ({e}); fix the file (every row needs every column)") from None
+                hint = ("every value must fit its column's type, which the file's first rows set"
+                        if "conversion error" in str(e).lower() else "every row needs every column")
+                raise InputError(f"{path}: cannot read CSV data ({e}); fix the file ({hint})") from None
 
         return InputSource(path=path, format=self.name, schema=schema, keys=key_names, num_rows=None,
                            outer_size=None, inner_size=1, open_batches=batches)
