@@ -158,12 +158,17 @@ def make_plan(schemas: Sequence[pa.Schema], params: WJoinParams, *, sources: Seq
         dist = np.minimum(dist, dist[:, [k]] + dist[[k], :])
     dtype = np.float64 if kind == "float" else np.int64
     if dtype is np.int64:
-        for (i, j), d in g.items():  # the probes and purges add bounds to times: 2^61 keeps the sums in int64
-            if w[i, j] > INT_POS // 4:
-                unit = "nanoseconds" if kind.startswith("datetime") else "units of the time column"
-                raise UsageError(f"window {params.aliases[i]},{params.aliases[j]} is {w[i, j]:,.0f} {unit}, beyond the "
-                                 f"{INT_POS // 4:,} this join can bound (about 73 years in nanoseconds); give a "
-                                 "shorter window, or cast the time columns to a coarser unit (timestamp[us])")
+        # The probes and purges add bounds to times: 2^61 keeps the sums in int64. Every pair's
+        # bound counts: its own window, or the one the other windows imply (a chain of them).
+        for i in range(n):
+            for j in range(i + 1, n):
+                bound, how = ((w[i, j], "") if math.isfinite(w[i, j]) else
+                              (dist[i, j], " (implied by the windows through the other streams)"))
+                if bound > INT_POS // 4:
+                    unit = "nanoseconds" if kind.startswith("datetime") else "units of the time column"
+                    raise UsageError(f"window {params.aliases[i]},{params.aliases[j]}{how} is {bound:,.0f} {unit}, "
+                                     f"beyond the {INT_POS // 4:,} this join can bound (about 73 years in nanoseconds); "
+                                     "give shorter windows, or cast the time columns to a coarser unit (timestamp[us])")
         dist_t = np.array([[int(min(v, INT_POS // 4)) for v in row] for row in dist], dtype=np.int64)
     else:
         dist_t = dist.astype(np.float64)

@@ -363,6 +363,10 @@ def test_a_window_beyond_2_61_ticks_is_refused():
     with pytest.raises(UsageError, match=r"window S1,S2 is 3,153,600,000,000,000,000 nanoseconds, beyond the "
                                          r"2,305,843,009,213,693,951 this join can bound"):
         make_plan([t.schema, t.schema], WJoinParams(2, ("t",), window="36500d", on=("k",)))
+    # two windows of 50 years each imply 100 years between S1 and S3 (the probes use that bound too)
+    with pytest.raises(UsageError, match=r"window S1,S3 \(implied by the windows through the other streams\) is "
+                                         r"3,153,600,000,000,000,000 nanoseconds, beyond the"):
+        make_plan([t.schema] * 3, WJoinParams(3, ("t",), pair_windows=((0, 1, "18250d"), (1, 2, "18250d"))))
     p = WJoinParams(2, ("t",), window="3650d", on=("k",), with_ids=True)  # ~10 years: 3 tuples (0-0, 1-1, 2-2)
     out = pa.Table.from_batches(list(wjoin([t.to_batches(), t.to_batches()], [t.schema, t.schema], p)))
     assert sorted(zip(out["S1_row"].to_pylist(), out["S2_row"].to_pylist())) == [(0, 0), (1, 1), (2, 2)]
