@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from smerge.datasets import InputSource
+from smerge.datasets.netcdf_grid import _LON_UNITS  # CF's spellings of degrees_east, as the netCDF reader knows them
 from smerge.errors import UsageError
 
 LON_NAMES = {"lon", "longitude"}
@@ -27,7 +28,6 @@ LON_NAMES = {"lon", "longitude"}
 # a cell (-0.01, 180.5 beside 0..360) is not -180..180; a station at -0.1 still pairs with 0.0
 # within a tolerance.
 MARGIN = 1.0
-_LON_UNITS = {"degrees_east", "degree_east", "degree_e", "degrees_e", "degreee", "degreese"}
 
 
 def _marked(src: InputSource, key: str) -> bool:

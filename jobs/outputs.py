@@ -38,24 +38,20 @@ def check_outputs(job, output: str, src_a: InputSource) -> tuple[str, tuple[str,
     if fmt in GRID_FORMATS and src_a.grid is None:
         raise UsageError(f"{'netCDF' if fmt == 'netcdf' else 'Zarr'} output is on A's grid, but A ({job.a}) is not "
                          "gridded (netCDF, Zarr, GRIB); write .parquet, .csv or .arrow")
-    unmatched = None
-    if job.unmatched:
-        unmatched = (f"{job.unmatched}.a.parquet", f"{job.unmatched}.b.parquet")
-    outs = [("-o", output, is_dataset_path(output, fmt))] + [(param.unmatched, u, False) for u in (unmatched or ())] + (
-        [(param.stats, job.stats, False)] if job.stats else [])
+    outs = named_outputs(job, output)
     check_run_outputs([job.a, job.b], outs, overwrite=job.overwrite)
-    return fmt, unmatched
+    return fmt, tuple(path for opt, path, _ in outs if opt == param.unmatched) or None
 
 
-def named_outputs(job) -> list[tuple[str, str, bool]]:
-    """-o (or its default), --unmatched's two files and --stats of a cgm, rtm or wjoin job, as
-    (option, path, is a folder): what a further output of the run (the CLI's ``--plot``) must
-    not share a path with."""
-    if getattr(job, "inputs", None):  # a W-join
+def named_outputs(job, output: str | None = None) -> list[tuple[str, str, bool]]:
+    """-o (``output``, else the job's, else its default), --unmatched's two files and --stats of a
+    cgm, rtm or wjoin job, as (option, path, is a folder): the outputs the run checks before it
+    starts, and what a further output of the run (the CLI's ``--plot``) must not share a path with."""
+    if output is None and getattr(job, "inputs", None):  # a W-join
         from smerge.jobs.wjoin import default_output as wjoin_default
 
         output = job.output or wjoin_default(job.inputs)
-    else:
+    elif output is None:
         output = job.output or default_output(job.a, job.b or "b")
     try:
         folder = is_dataset_path(output, format_for(output, job.format))

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Callable, Sequence
 import pyarrow as pa
 
 from smerge.datasets import InputSource, format_for, open_input, open_output
-from smerge.datasets.writers import DATASET_FORMAT, check_output_schema
+from smerge.datasets.writers import check_output_schema
 from smerge.errors import UsageError, param
-from smerge.jobs.outputs import check_run_outputs, write_stats
+from smerge.jobs.outputs import check_run_outputs, named_outputs, write_stats
 from smerge.merge.values import Duration, parse_duration
 from smerge.merge.wjoin import wjoin
 from smerge.merge.wjoin_params import WJoinParams
@@ -159,8 +159,7 @@ def prepare(job: WJoinJob) -> PreparedWJoin:
     fmt = format_for(output, job.format)
     if fmt in ("netcdf", "zarr"):
         raise UsageError("W-join tuples are not on a grid; write .parquet, .csv or .arrow")
-    check_run_outputs(job.inputs, [("-o", output, fmt == DATASET_FORMAT)]
-                      + ([(param.stats, job.stats, False)] if job.stats else []), overwrite=job.overwrite)
+    check_run_outputs(job.inputs, named_outputs(job, output), overwrite=job.overwrite)
     check_output_schema(output, fmt, plan.out_schema)  # before the run: CSV holds no nested column
     return PreparedWJoin(job=job, sources=sources, params=params, output=output, output_format=fmt,
                          out_schema=plan.out_schema, opened=tuple(o[1:] for o in opened))

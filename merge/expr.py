@@ -304,15 +304,7 @@ def _need(x: Node, kind: str, what: str, text: str) -> None:
 
 def streams_of(node: Node) -> frozenset[int]:
     """The streams a (sub)expression reads."""
-    if isinstance(node, Col):
-        return frozenset((node.stream,))
-    if isinstance(node, Lit):
-        return frozenset()
-    if isinstance(node, (Neg, Abs, Not)):
-        return streams_of(node.x)
-    if isinstance(node, (Arith, Cmp)):
-        return streams_of(node.left) | streams_of(node.right)
-    return frozenset().union(*(streams_of(i) for i in node.items))
+    return frozenset(s for s, _ in columns_of(node))
 
 
 def columns_of(node: Node | None) -> set[tuple[int, str]]:

@@ -216,7 +216,6 @@ def _chunk(plan: Plan, st: list[_Stream], takes: list[int], latest: np.ndarray, 
         comb_tab.append(pa.concat_tables([s.buf, s.pend.slice(0, k)]).combine_chunks())
     # arrival order: by time, then stream number, then position; pe[j][a] = records of stream j
     # that arrived before arrival a (buffer end for a), for the NLW-join's time ranges (a hash probe
-    # bounds its walk by the arrival's time and the streams' order instead)
     # bounds its walk by the arrival's time and the streams' order instead); ranks[i]: stream i's
     # arrival indices in order (its chunk records')
     arr_s, arr_pos, arr_t, pe, rank = arrivals([comb_t[i][base[i]:] for i in range(n)], base,
