@@ -125,6 +125,16 @@ INL i64 skip_matching(const double *wk, i64 i, i64 n, i64 d, const double *eps) 
     return n;
 }
 
+/* A MATCH at (*i, *j): mark both, log the pair, move both cursors past the records that MATCH
+ * the matched ones (docs/semantics.md section 3, step 3). */
+INL void match_at(const double *ak, i64 *i, i64 na, const double *bk, i64 *j, i64 nb, i64 d, const double *eps,
+                  uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *m) {
+    am[*i] = 1; bm[*j] = 1;
+    apos[*m] = *i; bpos[*m] = *j; (*m)++;
+    *i = skip_matching(ak, *i, na, d, eps);
+    *j = skip_matching(bk, *j, nb, d, eps);
+}
+
 /* One sweep over sorted windows ak[0..na) and bk[0..nb) (docs/semantics.md section 3, step 3).
  * Marks matched positions (am, bm: cleared by the caller), writes pair positions; returns m
  * and the final cursors in ij[0], ij[1]. */
@@ -135,12 +145,7 @@ INL i64 sweep_impl(const double *ak, i64 na, const double *bk, i64 nb, i64 d, co
         int c = tol_cmp(ak + i * d, bk + j * d, eps, d);
         if (c < 0) i++;
         else if (c > 0) j++;
-        else {
-            am[i] = 1; bm[j] = 1;
-            apos[m] = i; bpos[m] = j; m++;
-            i = skip_matching(ak, i, na, d, eps);
-            j = skip_matching(bk, j, nb, d, eps);
-        }
+        else match_at(ak, &i, na, bk, &j, nb, d, eps, am, bm, apos, bpos, &m);
     }
     ij[0] = i; ij[1] = j;
     return m;
@@ -153,9 +158,10 @@ i64 smerge_sweep(const double *ak, i64 na, const double *bk, i64 nb, i64 d, cons
 
 /* Stable in-place merge of the new records (order: sorted positions into newk) into the
  * sorted window wk[0..n), which has room for them at its end. Merging from the back never
- * overwrites a record not yet moved; records sorting before every new one are not touched. */
+ * overwrites a record not yet moved; records sorting before every new one are not touched:
+ * *first is the position the first new record lands on (n when there is none). */
 INL i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 *newr, const i64 *order,
-                      i64 nn, i64 d) {
+                      i64 nn, i64 d, i64 *first) {
     i64 p = n - 1, q = nn - 1, o = n + nn - 1;
     while (q >= 0) {
         i64 s = order[q];
@@ -170,6 +176,7 @@ INL i64 merge_back(double *wk, i64 *wr, i64 n, const double *newk, const i64 *ne
         }
         o--;
     }
+    *first = nn ? o + 1 : n;
     return n + nn;
 }
 
@@ -191,19 +198,130 @@ INL i64 compact(double *wk, i64 *wr, i64 n, i64 d, const uint8_t *matched, i64 e
 }
 
 INL i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 take, i64 d,
-                  i64 *order, i64 *scratch) {
+                  i64 *order, i64 *scratch, i64 *first) {
     argsort_impl(pk, pr, take, d, order, scratch);
-    return merge_back(wk, wr, n, pk, pr, order, take, d);
+    return merge_back(wk, wr, n, pk, pr, order, take, d, first);
+}
+
+/* One window of the CGM passes: records [off, off + n) of buffers holding 2N records (keys k,
+ * row ids r). Evicting from the front moves off on instead of moving the records; a top-up that
+ * would overrun the buffer first moves the window back to its start. chg: the first position
+ * whose record changed (left, or came in) since the last sweep; the positions before it hold
+ * the records that sweep saw, at the same places. */
+typedef struct { double *k; i64 *r; i64 off, n, chg; } Win;
+
+INL void win_top_up(Win *w, const double *pk, const i64 *pr, i64 take, i64 d, i64 cap, i64 *order, i64 *scratch,
+                    i64 *memo) {
+    if (w->off + w->n + take > cap) {
+        memmove(w->k, w->k + w->off * d, (size_t)(w->n * d) * sizeof(double));
+        memmove(w->r, w->r + w->off, (size_t)w->n * sizeof(i64));
+        w->off = 0;
+        *memo = 0;  /* every record moved: the last sweep's path no longer applies */
+    }
+    i64 first;
+    w->n = top_up(w->k + w->off * d, w->r + w->off, w->n, pk, pr, take, d, order, scratch, &first);
+    if (w->off + first < w->chg) w->chg = w->off + first;
+}
+
+/* After a sweep: remove the matched records (the first at absolute position first_match,
+ * off + n when none), then evict the first `evict` remaining ones into ev_out, as compact does.
+ * When those all lie before the first matched record, they are the window's first `evict`
+ * records: the front moves on, and only the records from the first matched one on are moved.
+ * Returns the number evicted. */
+INL i64 win_retire(Win *w, i64 d, const uint8_t *matched, i64 first_match, i64 evict, i64 *ev_out) {
+    i64 end = w->off + w->n, ev = 0;
+    if (evict > first_match - w->off) {
+        w->n = compact(w->k + w->off * d, w->r + w->off, w->n, d, matched + w->off, evict, ev_out, &ev);
+        w->chg = w->off;
+        return ev;
+    }
+    memcpy(ev_out, w->r + w->off, (size_t)evict * sizeof(i64));
+    w->off += evict;
+    w->n = end - w->off;
+    if (first_match < end) {
+        w->n = first_match - w->off + compact(w->k + first_match * d, w->r + first_match, end - first_match, d,
+                                              matched + first_match, 0, NULL, &ev);
+        w->chg = first_match;
+    }
+    return evict;
+}
+
+/* The sweep of a CGM pass over windows ak[a0..a1) and bk[b0..b1) (absolute positions in their
+ * buffers), the same steps as sweep_impl, resumed where the last pass's sweep left the records
+ * unchanged.
+ *
+ * A sweep is a path through states (i, j); a state's step depends only on the records at i and
+ * j (and after a MATCH on the records it skips). jat[c] is the j at which the last sweep's path
+ * entered column c (absolute positions), jat[iend + 1] its final j. Before its first MATCH the
+ * path moves one step at a time, and the records it matched left the windows, so every state
+ * of that path with i < ca and j < cb (ca, cb: first changed positions) is a step, not a MATCH,
+ * over records that are still there, at the same positions. R is the first state of that path
+ * outside this region. This sweep, from its own start (the front may have moved on by
+ * evictions), takes its usual steps until it reaches a state of the last path before R: from
+ * there the two paths are the same up to R, so it goes on from R. A sweep that never meets the
+ * last path (or memo == 0) takes every step itself. The pairs, marks and final cursors are those
+ * of sweep_impl over the same windows. */
+INL i64 sweep_resume(const double *ak, i64 a0, i64 a1, const double *bk, i64 b0, i64 b1, i64 d,
+                     const double *eps, uint8_t *am, uint8_t *bm, i64 *apos, i64 *bpos, i64 *ij,
+                     i64 *jat, int memo, i64 ca, i64 cb, i64 iend) {
+    i64 i = a0, j = b0, m = 0, ri = -1, rj = -1;
+    if (memo) {
+        if (ca <= iend && jat[ca] < cb) {
+            ri = ca; rj = jat[ca];
+        } else {
+            /* the column where the last path reached row cb: the first c with jat[c + 1] >= cb */
+            i64 lo = a0, hi = (ca - 1 < iend ? ca - 1 : iend);
+            if (hi >= lo && jat[hi + 1] >= cb) {
+                while (lo < hi) {
+                    i64 mid = lo + (hi - lo) / 2;
+                    if (jat[mid + 1] >= cb) hi = mid; else lo = mid + 1;
+                }
+                if (jat[lo] <= cb) { ri = lo; rj = cb; }
+            }
+        }
+        if (ri < a0 || rj < b0) ri = -1;
+    }
+    i64 pj = ri >= 0 ? jat[a0] : 0;  /* the row at which the last path entered column i */
+    jat[a0] = b0;
+    if (ri >= 0) {
+        while (i < a1 && j < b1) {
+            if (i > ri || j > rj) break;
+            if (pj <= j && j <= (i < ri ? jat[i + 1] : rj)) { i = ri; j = rj; break; }
+            const double *x = ak + i * d, *y = bk + j * d;
+            int c = tol_cmp(x, y, eps, d);
+            if (c < 0) { i++; pj = jat[i]; jat[i] = j; }
+            else if (c > 0) j++;
+            else {
+                match_at(ak, &i, a1, bk, &j, b1, d, eps, am, bm, apos, bpos, &m);
+                pj = jat[i]; jat[i] = j;
+            }
+        }
+    }
+    while (i < a1 && j < b1) {
+        int c = tol_cmp(ak + i * d, bk + j * d, eps, d);
+        if (c < 0) { i++; jat[i] = j; }
+        else if (c > 0) j++;
+        else {
+            match_at(ak, &i, a1, bk, &j, b1, d, eps, am, bm, apos, bpos, &m);
+            jat[i] = j;
+        }
+    }
+    jat[i + 1] = j;
+    ij[0] = i; ij[1] = j;
+    return m;
 }
 
 /* Run CGM passes (docs/semantics.md section 3) until input runs short, output fills, or the merge ends.
- * st: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
- * [5] passes, [6] A records retired since st[7] was set, [7] report-window stop (0: none).
+ * st (16): [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B, [4] done,
+ * [5] passes, [6] A records retired since st[7] was set, [7] report-window stop (0: none),
+ * [8] first position of window A in its buffers, [9] of window B, [10]..[13] the last sweep's
+ * path (valid flag, first changed positions in A and B, its last column; all 0 at the start).
  * counts: pairs, evicted A, evicted B, passes logged. Windows stay sorted between calls.
  * Returns 0 needs more A, 1 needs more B (the pending records of that side have joined its
  * window: st[2] or st[3] is then at the end of the pending ones), 2 output buffers full, 3 merge
  * ended, 4 the report window closed (st[6] reached st[7] > 0).
- * work: 4N int64 (sort order + scratch). */
+ * The window buffers (wak, war, wbk, wbr) and the marks (ma, mb) hold 2N records; window A is
+ * wak[st[8] .. st[8] + st[0]). work: 6N + 2 int64 (sort order, scratch, the last sweep's path). */
 #define CGM_PASSES_PARAMS                                                                          \
     i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,                                         \
     const double *pak, const i64 *par, i64 pa_n, int a_exhausted,                                 \
@@ -217,59 +335,66 @@ INL i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 
     window_size, inc_a, inc_b, pairs_a, pairs_b, pairs_cap, ev_a, ev_b, ev_cap, counts, pass_m,    \
     pass_ret_a, pass_cap, ma, mb, spa, spb, work
 INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
-    const i64 ncap = window_size;
-    i64 *order = work, *scratch = work + ncap;
+    const i64 ncap = window_size, cap = 2 * window_size;
+    i64 *order = work, *scratch = work + ncap, *jat = work + 4 * ncap;
+    Win A = {wak, war, st[8], st[0], st[11]}, B = {wbk, wbr, st[9], st[1], st[12]};
+#define SAVE_STATE() (st[0] = A.n, st[1] = B.n, st[8] = A.off, st[9] = B.off, st[11] = A.chg, st[12] = B.chg)
     for (;;) {
-        i64 na = st[0], nb = st[1];
         /* Input short: the records available join the window now (the window's order is the
          * total order of (key, row id), so topping up in two steps gives the same window), so
          * that the caller's next batch need not be appended to left-over records. */
-        i64 need_a = ncap - na, avail_a = pa_n - st[2];
+        i64 need_a = ncap - A.n, avail_a = pa_n - st[2];
         if (need_a > 0 && avail_a < need_a && !a_exhausted) {
             if (avail_a > 0) {
-                st[0] = top_up(wak, war, na, pak + st[2] * d, par + st[2], avail_a, d, order, scratch);
+                win_top_up(&A, pak + st[2] * d, par + st[2], avail_a, d, cap, order, scratch, &st[10]);
                 st[2] += avail_a;
             }
+            SAVE_STATE();
             return 0;
         }
-        i64 need_b = ncap - nb, avail_b = pb_n - st[3];
+        i64 need_b = ncap - B.n, avail_b = pb_n - st[3];
         if (need_b > 0 && avail_b < need_b && !b_exhausted) {
             if (avail_b > 0) {
-                st[1] = top_up(wbk, wbr, nb, pbk + st[3] * d, pbr + st[3], avail_b, d, order, scratch);
+                win_top_up(&B, pbk + st[3] * d, pbr + st[3], avail_b, d, cap, order, scratch, &st[10]);
                 st[3] += avail_b;
             }
+            SAVE_STATE();
             return 1;
         }
         if (counts[0] + ncap > pairs_cap || counts[1] + ncap > ev_cap || counts[2] + ncap > ev_cap ||
-            counts[3] >= pass_cap)
+            counts[3] >= pass_cap) {
+            SAVE_STATE();
             return 2;
+        }
         i64 take_a = need_a < avail_a ? need_a : avail_a;
         if (take_a > 0) {
-            na = top_up(wak, war, na, pak + st[2] * d, par + st[2], take_a, d, order, scratch);
+            win_top_up(&A, pak + st[2] * d, par + st[2], take_a, d, cap, order, scratch, &st[10]);
             st[2] += take_a;
         }
         i64 take_b = need_b < avail_b ? need_b : avail_b;
         if (take_b > 0) {
-            nb = top_up(wbk, wbr, nb, pbk + st[3] * d, pbr + st[3], take_b, d, order, scratch);
+            win_top_up(&B, pbk + st[3] * d, pbr + st[3], take_b, d, cap, order, scratch, &st[10]);
             st[3] += take_b;
         }
-        st[0] = na; st[1] = nb;
-        if (na == 0 || nb == 0) { st[4] = 1; return 3; }
-        memset(ma, 0, (size_t)na);
-        memset(mb, 0, (size_t)nb);
+        i64 na = A.n, nb = B.n;
+        if (na == 0 || nb == 0) { SAVE_STATE(); st[4] = 1; return 3; }
+        memset(ma + A.off, 0, (size_t)na);
+        memset(mb + B.off, 0, (size_t)nb);
         i64 ij[2];
-        i64 m = sweep_impl(wak, na, wbk, nb, d, eps, ma, mb, spa, spb, ij);
+        i64 m = sweep_resume(wak, A.off, A.off + na, wbk, B.off, B.off + nb, d, eps, ma, mb, spa, spb, ij, jat,
+                             (int)st[10], A.chg, B.chg, st[13]);
+        st[10] = 1; st[13] = ij[0];
+        A.chg = B.chg = cap + 1;
         i64 base = counts[0];
         for (i64 t = 0; t < m; t++) {
             pairs_a[base + t] = war[spa[t]];
             pairs_b[base + t] = wbr[spb[t]];
         }
         counts[0] = base + m;
-        i64 evict_a = (ij[0] >= na && inc_a > m) ? inc_a - m : 0;
-        i64 evict_b = (ij[1] >= nb && inc_b > m) ? inc_b - m : 0;
-        i64 ea, eb;
-        st[0] = compact(wak, war, na, d, ma, evict_a, ev_a + counts[1], &ea);
-        st[1] = compact(wbk, wbr, nb, d, mb, evict_b, ev_b + counts[2], &eb);
+        i64 evict_a = (ij[0] >= A.off + na && inc_a > m) ? inc_a - m : 0;
+        i64 evict_b = (ij[1] >= B.off + nb && inc_b > m) ? inc_b - m : 0;
+        i64 ea = win_retire(&A, d, ma, m ? spa[0] : A.off + na, evict_a, ev_a + counts[1]);
+        i64 eb = win_retire(&B, d, mb, m ? spb[0] : B.off + nb, evict_b, ev_b + counts[2]);
         counts[1] += ea;
         counts[2] += eb;
         st[5] += 1;
@@ -281,9 +406,10 @@ INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
          * closes it, so that the caller may change K before the next pass. */
         if (st[7] > 0) {
             st[6] += m + ea;
-            if (st[6] >= st[7]) return 4;
+            if (st[6] >= st[7]) { SAVE_STATE(); return 4; }
         }
     }
+#undef SAVE_STATE
 }
 
 int smerge_cgm_passes(CGM_PASSES_PARAMS) {

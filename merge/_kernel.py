@@ -106,19 +106,23 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
                scratch_ma, scratch_mb, scratch_pa, scratch_pb, work=None) -> int:
     """Run CGM passes (docs/semantics.md section 3) until input runs short, output fills, or the merge ends.
 
-    State ``st``: [0] |window A|, [1] |window B|, [2] next pending A, [3] next pending B,
-    [4] done flag, [5] passes, [6] A records retired since [7] was set, [7] report-window stop:
-    when > 0, the A records still to retire before the open report window closes (0: no stop).
-    ``counts``: pairs, evicted A, evicted B, passes logged. Windows are kept sorted between
-    calls. Returns 0 needs more A input, 1 needs more B input (that side's pending records have
-    then joined its window: none is left over), 2 output buffers full, 3 merge ended, 4 report
-    window closed (``st[6] >= st[7] > 0``, after the pass that closed it).
-    ``work``: 4N int64 scratch (allocated when not given).
+    State ``st`` (16 int64, zeros at the start): [0] |window A|, [1] |window B|, [2] next
+    pending A, [3] next pending B, [4] done flag, [5] passes, [6] A records retired since [7] was
+    set, [7] report-window stop: when > 0, the A records still to retire before the open report
+    window closes (0: no stop), [8] first position of window A in ``wak``/``war``, [9] of window
+    B, [10]-[13] the kernel's record of the last sweep (it resumes the next one where the
+    windows did not change). The window buffers and the marks hold 2N records: window A is
+    ``war[st[8] : st[8] + st[0]]``. ``counts``: pairs, evicted A, evicted B, passes logged.
+    Windows are kept sorted between calls. Returns 0 needs more A input, 1 needs more B input
+    (that side's pending records have then joined its window: none is left over), 2 output
+    buffers full, 3 merge ended, 4 report window closed (``st[6] >= st[7] > 0``, after the pass
+    that closed it). ``work``: 6N + 2 int64, kept between calls (allocated when not given).
     """
     pak, pbk = _keys(pak), _keys(pbk)
     par, pbr = _rows(par), _rows(pbr)
     if work is None:
-        work = np.empty(4 * window_size, np.int64)
+        work = np.empty(6 * window_size + 2, np.int64)
+    _check_buffers(st, wak, wbk, scratch_ma, scratch_mb, work, window_size)
     return _lib.smerge_cgm_passes(
         _ptr(st, _i64p), _ptr(wak, _f64p), _ptr(war, _i64p), _ptr(wbk, _f64p), _ptr(wbr, _i64p),
         _ptr(pak, _f64p), _ptr(par, _i64p), pak.shape[0], int(bool(a_exhausted)),
@@ -144,6 +148,14 @@ def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def _check_buffers(st, wak, wbk, ma, mb, work, window_size) -> None:
+    """The sizes ``cgm_passes`` needs (a smaller buffer would be written past its end)."""
+    if st.shape[0] < 16 or work.shape[0] < 6 * window_size + 2:
+        raise ValueError("st must hold 16 int64 and work 6N + 2")
+    if min(wak.shape[0], wbk.shape[0], ma.shape[0], mb.shape[0]) < 2 * window_size:
+        raise ValueError("window buffers and marks must hold 2N records")
+
+
 class CGMPasses:
     """``cgm_passes`` bound to the engine's fixed buffers (windows, state, output, scratch).
 
@@ -161,8 +173,7 @@ class CGMPasses:
         for a in (wak, wbk):
             if a.dtype != np.float64 or a.ndim != 2:
                 raise ValueError("window keys must be float64 of shape (N, d)")
-        if work.shape[0] < 4 * window_size:
-            raise ValueError("work must hold 4N int64")
+        _check_buffers(st, wak, wbk, scratch_ma, scratch_mb, work, window_size)
         self.d = wak.shape[1]
         self._head = tuple(_addr(a) for a in (st, wak, war, wbk, wbr))
         self._mid = (self.d, _addr(eps), int(window_size))

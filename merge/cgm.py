@@ -225,16 +225,18 @@ def cgm_merge(
     B = _Side("b", b_it, schema_b, params.keys.b, b_first_row, params, source_b, compute_kappa_max)
     n, d = params.window_size, len(params.keys.a)
     eps = np.asarray(params.eps, dtype=np.float64)
-    wak, wbk = np.empty((n, d), np.float64), np.empty((n, d), np.float64)
-    war, wbr = np.empty(n, np.int64), np.empty(n, np.int64)
+    # window buffers of 2N records: window A is wak[st[8] : st[8] + st[0]] (its front moves on
+    # as records are evicted; the kernel moves it back when a top-up would overrun the end)
+    wak, wbk = np.empty((2 * n, d), np.float64), np.empty((2 * n, d), np.float64)
+    war, wbr = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
     cap = max(params.out_batch_rows, 1) + 2 * n
     pairs_a, pairs_b, ev_a, ev_b = (np.empty(cap, np.int64) for _ in range(4))
     counts = np.zeros(4, np.int64)
     pass_m, pass_ret = np.empty(PASS_LOG, np.int64), np.empty(PASS_LOG, np.int64)
-    sma, smb = np.empty(n, np.bool_), np.empty(n, np.bool_)
+    sma, smb = np.empty(2 * n, np.bool_), np.empty(2 * n, np.bool_)
     spa, spb = np.empty(n, np.int64), np.empty(n, np.int64)
-    st = np.zeros(8, np.int64)
-    work = np.empty(4 * n, np.int64)
+    st = np.zeros(16, np.int64)
+    work = np.empty(6 * n + 2, np.int64)
     report = ReportWindows(n)
     yield_seconds = 0.0
     control = DeltaController(params) if params.adapt else None
@@ -305,8 +307,8 @@ def cgm_merge(
                 side.nan_rows.clear()
                 emit_unmatched(side, rows)
         counts[:] = 0
-        A.store.release(war[: st[0]], A.first_unconsumed_row(int(st[2])))
-        B.store.release(wbr[: st[1]], B.first_unconsumed_row(int(st[3])))
+        A.store.release(war[st[8]: st[8] + st[0]], A.first_unconsumed_row(int(st[2])))
+        B.store.release(wbr[st[9]: st[9] + st[1]], B.first_unconsumed_row(int(st[3])))
         return out
 
     if control is not None:
@@ -354,8 +356,8 @@ def cgm_merge(
         side.pend_k, side.pend_r = side.pend_k[:0], side.pend_r[:0]
         side.store.release(rows[:0], side.next_row)
 
-    retire(A, np.concatenate([war[: st[0]], A.pend_r[int(st[2]):]]))
-    retire(B, np.concatenate([wbr[: st[1]], B.pend_r[int(st[3]):]]))
+    retire(A, np.concatenate([war[st[8]: st[8] + st[0]], A.pend_r[int(st[2]):]]))
+    retire(B, np.concatenate([wbr[st[9]: st[9] + st[1]], B.pend_r[int(st[3]):]]))
     for side in (A, B):
         while not side.exhausted:
             side.pull(0)
