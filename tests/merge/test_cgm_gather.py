@@ -61,3 +61,65 @@ def test_an_error_while_gathering_reaches_the_caller(monkeypatch):
     monkeypatch.setattr(cgm, "pair_batch", broken)
     with pytest.raises(RuntimeError, match="gather failed"):
         list(cgm_merge(ta.to_batches(max_chunksize=50), tb.to_batches(max_chunksize=50), p))
+
+
+def _gather_threads() -> list:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "smerge-gather"]
+
+
+def test_one_gather_thread_for_the_whole_run():
+    """Every flush's gather runs in the same thread (a thread per flush faulted fresh pages in
+    for every output batch); it ends with the run."""
+    import threading
+
+    ta, tb = _streams(3000, seed=5)
+    p = dataclasses.replace(CGMParams(keys=MergeKeys(("k",), ("k",)), eps=(0.05,), window_size=32,
+                                      least_increment_a=4, least_increment_b=4, with_ids=True), out_batch_rows=40)
+    before = set(_gather_threads())
+    seen = set()
+    orig = cgm.pair_batch
+
+    def spy(*a, **k):
+        seen.add(threading.current_thread())
+        return orig(*a, **k)
+
+    cgm.pair_batch = spy
+    try:
+        it = cgm_merge(ta.to_batches(max_chunksize=100), tb.to_batches(max_chunksize=100), p,
+                       schema_a=ta.schema, schema_b=tb.schema)
+        out = []
+        for b in it:
+            out.append(b)
+            assert len(set(_gather_threads()) - before) == 1
+    finally:
+        cgm.pair_batch = orig
+    assert len(out) > 20 and len(seen) == 1
+    (t,) = seen
+    assert t.name == "smerge-gather" and t is not threading.current_thread()
+    t.join(timeout=5)
+    assert not t.is_alive()
+
+
+@pytest.mark.parametrize("how", ["closed", "error"])
+def test_the_gather_thread_ends_when_the_run_stops_early(monkeypatch, how):
+    ta, tb = _streams(3000, seed=6)
+    p = dataclasses.replace(CGMParams(keys=MergeKeys(("k",), ("k",)), eps=(0.05,), window_size=32,
+                                      least_increment_a=4, least_increment_b=4), out_batch_rows=40)
+    before = set(_gather_threads())
+    it = cgm_merge(ta.to_batches(max_chunksize=100), tb.to_batches(max_chunksize=100), p,
+                   schema_a=ta.schema, schema_b=tb.schema)
+    next(it)
+    (t,) = set(_gather_threads()) - before
+    if how == "closed":
+        it.close()  # the consumer stops reading (an error in the writer, Ctrl-C)
+    else:
+        def broken(*a, **k):
+            raise RuntimeError("gather failed")
+
+        monkeypatch.setattr(cgm, "pair_batch", broken)
+        with pytest.raises(RuntimeError, match="gather failed"):
+            list(it)
+    t.join(timeout=5)
+    assert not t.is_alive()
