@@ -96,9 +96,11 @@ def run_local(prep: PreparedMerge, *, progress: ProgressFactory | None = None, p
     bar = progress(prep.src_a.num_rows, "A records") if progress else None
     write_seconds = 0.0
     drop_ids = prep.params.with_ids and not prep.write_ids and prep.output_format not in ("netcdf", "zarr")
-    pa_it = Prefetcher(with_keys(prep.src_a.batches(), prep.params.keys.a), prefetch_depth, "smerge-read-a",
-                       on_item=(lambda kb: bar.update(kb.batch.num_rows)) if bar else None)
-    pb_it = Prefetcher(with_keys(prep.src_b.batches(), prep.params.keys.b), prefetch_depth, "smerge-read-b")
+    # key columns, not a key matrix: the engine reads them as they are (no copy, no fresh pages)
+    pa_it = Prefetcher(with_keys(prep.src_a.batches(), prep.params.keys.a, columns=True), prefetch_depth,
+                       "smerge-read-a", on_item=(lambda kb: bar.update(kb.batch.num_rows)) if bar else None)
+    pb_it = Prefetcher(with_keys(prep.src_b.batches(), prep.params.keys.b, columns=True), prefetch_depth,
+                       "smerge-read-b")
 
     # Output batches are encoded and written in a background thread (dual buffering on the
     # output side), in order, while the engine computes the next ones.

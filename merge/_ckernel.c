@@ -210,8 +210,15 @@ INL i64 top_up(double *wk, i64 *wr, i64 n, const double *pk, const i64 *pr, i64 
  * the records that sweep saw, at the same places. */
 typedef struct { double *k; i64 *r; i64 off, n, chg; } Win;
 
-INL void win_top_up(Win *w, const double *pk, const i64 *pr, i64 take, i64 d, i64 cap, i64 *order, i64 *scratch,
-                    i64 *memo) {
+/* The pending records [start, start + take) of one side join its window. Their keys are read
+ * from d columns (key c of record s at pk[c][s * stride]: the columns of a batch, or a C-order
+ * (n, d) matrix with stride d) into keys (take x d) first. */
+INL void win_top_up(Win *w, const double *const *pk, i64 stride, const i64 *pr, i64 start, i64 take, i64 d,
+                    i64 cap, i64 *order, i64 *scratch, double *keys, i64 *memo) {
+    for (i64 c = 0; c < d; c++) {
+        const double *col = pk[c] + start * stride;
+        for (i64 s = 0; s < take; s++) keys[s * d + c] = col[s * stride];
+    }
     if (w->off + w->n + take > cap) {
         memmove(w->k, w->k + w->off * d, (size_t)(w->n * d) * sizeof(double));
         memmove(w->r, w->r + w->off, (size_t)w->n * sizeof(i64));
@@ -219,7 +226,7 @@ INL void win_top_up(Win *w, const double *pk, const i64 *pr, i64 take, i64 d, i6
         *memo = 0;  /* every record moved: the last sweep's path no longer applies */
     }
     i64 first;
-    w->n = top_up(w->k + w->off * d, w->r + w->off, w->n, pk, pr, take, d, order, scratch, &first);
+    w->n = top_up(w->k + w->off * d, w->r + w->off, w->n, keys, pr + start, take, d, order, scratch, &first);
     if (w->off + first < w->chg) w->chg = w->off + first;
 }
 
@@ -320,23 +327,28 @@ INL i64 sweep_resume(const double *ak, i64 a0, i64 a1, const double *bk, i64 b0,
  * Returns 0 needs more A, 1 needs more B (the pending records of that side have joined its
  * window: st[2] or st[3] is then at the end of the pending ones), 2 output buffers full, 3 merge
  * ended, 4 the report window closed (st[6] reached st[7] > 0).
+ * The pending keys of A: key c of pending record s at pak[c][s * pa_stride] (d columns, or a
+ * C-order (n, d) matrix: pak[c] = matrix + c, stride d); likewise B's.
  * The window buffers (wak, war, wbk, wbr) and the marks (ma, mb) hold 2N records; window A is
- * wak[st[8] .. st[8] + st[0]). work: 6N + 2 int64 (sort order, scratch, the last sweep's path). */
+ * wak[st[8] .. st[8] + st[0]). work: (6 + d)N + 2 int64 (sort order, scratch, the last sweep's
+ * path, the keys of the records joining a window). */
 #define CGM_PASSES_PARAMS                                                                          \
     i64 *st, double *wak, i64 *war, double *wbk, i64 *wbr,                                         \
-    const double *pak, const i64 *par, i64 pa_n, int a_exhausted,                                 \
-    const double *pbk, const i64 *pbr, i64 pb_n, int b_exhausted,                                 \
+    const double *const *pak, i64 pa_stride, const i64 *par, i64 pa_n, int a_exhausted,           \
+    const double *const *pbk, i64 pb_stride, const i64 *pbr, i64 pb_n, int b_exhausted,           \
     i64 d, const double *eps, i64 window_size, i64 inc_a, i64 inc_b,                               \
     i64 *pairs_a, i64 *pairs_b, i64 pairs_cap, i64 *ev_a, i64 *ev_b, i64 ev_cap,                  \
     i64 *counts, i64 *pass_m, i64 *pass_ret_a, i64 pass_cap,                                       \
     uint8_t *ma, uint8_t *mb, i64 *spa, i64 *spb, i64 *work
 #define CGM_PASSES_ARGS(D)                                                                         \
-    st, wak, war, wbk, wbr, pak, par, pa_n, a_exhausted, pbk, pbr, pb_n, b_exhausted, D, eps,      \
+    st, wak, war, wbk, wbr, pak, pa_stride, par, pa_n, a_exhausted, pbk, pb_stride, pbr, pb_n,     \
+    b_exhausted, D, eps,                                                                           \
     window_size, inc_a, inc_b, pairs_a, pairs_b, pairs_cap, ev_a, ev_b, ev_cap, counts, pass_m,    \
     pass_ret_a, pass_cap, ma, mb, spa, spb, work
 INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
     const i64 ncap = window_size, cap = 2 * window_size;
     i64 *order = work, *scratch = work + ncap, *jat = work + 4 * ncap;
+    double *keys = (double *)(work + 6 * ncap + 2);
     Win A = {wak, war, st[8], st[0], st[11]}, B = {wbk, wbr, st[9], st[1], st[12]};
 #define SAVE_STATE() (st[0] = A.n, st[1] = B.n, st[8] = A.off, st[9] = B.off, st[11] = A.chg, st[12] = B.chg)
     for (;;) {
@@ -346,7 +358,7 @@ INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
         i64 need_a = ncap - A.n, avail_a = pa_n - st[2];
         if (need_a > 0 && avail_a < need_a && !a_exhausted) {
             if (avail_a > 0) {
-                win_top_up(&A, pak + st[2] * d, par + st[2], avail_a, d, cap, order, scratch, &st[10]);
+                win_top_up(&A, pak, pa_stride, par, st[2], avail_a, d, cap, order, scratch, keys, &st[10]);
                 st[2] += avail_a;
             }
             SAVE_STATE();
@@ -355,7 +367,7 @@ INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
         i64 need_b = ncap - B.n, avail_b = pb_n - st[3];
         if (need_b > 0 && avail_b < need_b && !b_exhausted) {
             if (avail_b > 0) {
-                win_top_up(&B, pbk + st[3] * d, pbr + st[3], avail_b, d, cap, order, scratch, &st[10]);
+                win_top_up(&B, pbk, pb_stride, pbr, st[3], avail_b, d, cap, order, scratch, keys, &st[10]);
                 st[3] += avail_b;
             }
             SAVE_STATE();
@@ -368,12 +380,12 @@ INL int cgm_passes_impl(CGM_PASSES_PARAMS) {
         }
         i64 take_a = need_a < avail_a ? need_a : avail_a;
         if (take_a > 0) {
-            win_top_up(&A, pak + st[2] * d, par + st[2], take_a, d, cap, order, scratch, &st[10]);
+            win_top_up(&A, pak, pa_stride, par, st[2], take_a, d, cap, order, scratch, keys, &st[10]);
             st[2] += take_a;
         }
         i64 take_b = need_b < avail_b ? need_b : avail_b;
         if (take_b > 0) {
-            win_top_up(&B, pbk + st[3] * d, pbr + st[3], take_b, d, cap, order, scratch, &st[10]);
+            win_top_up(&B, pbk, pb_stride, pbr, st[3], take_b, d, cap, order, scratch, keys, &st[10]);
             st[3] += take_b;
         }
         i64 na = A.n, nb = B.n;

@@ -37,9 +37,9 @@ def _load() -> ctypes.CDLL:
     lib.smerge_sweep.argtypes = [_f64p, _i64, _f64p, _i64, _i64, _f64p, _u8p, _u8p, _i64p, _i64p, _i64p]
     lib.smerge_sweep.restype = _i64
     lib.smerge_cgm_passes.argtypes = (
-        [_i64p, _f64p, _i64p, _f64p, _i64p, _f64p, _i64p, _i64, ctypes.c_int, _f64p, _i64p, _i64, ctypes.c_int,
-         _i64, _f64p, _i64, _i64, _i64, _i64p, _i64p, _i64, _i64p, _i64p, _i64, _i64p, _i64p, _i64p, _i64,
-         _u8p, _u8p, _i64p, _i64p, _i64p])
+        [_i64p, _f64p, _i64p, _f64p, _i64p, _i64p, _i64, _i64p, _i64, ctypes.c_int, _i64p, _i64, _i64p, _i64,
+         ctypes.c_int, _i64, _f64p, _i64, _i64, _i64, _i64p, _i64p, _i64, _i64p, _i64p, _i64, _i64p, _i64p, _i64p,
+         _i64, _u8p, _u8p, _i64p, _i64p, _i64p])
     lib.smerge_cgm_passes.restype = ctypes.c_int
     lib.smerge_sweep_until_dry.argtypes = [_f64p, _i64p, _i64, _f64p, _i64p, _i64, _i64, _f64p, _i64p, _i64p,
                                            _u8p, _u8p, _i64p, _i64p]
@@ -116,17 +116,19 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
     Windows are kept sorted between calls. Returns 0 needs more A input, 1 needs more B input
     (that side's pending records have then joined its window: none is left over), 2 output
     buffers full, 3 merge ended, 4 report window closed (``st[6] >= st[7] > 0``, after the pass
-    that closed it). ``work``: 6N + 2 int64, kept between calls (allocated when not given).
+    that closed it). ``work``: (6 + d)N + 2 int64, kept between calls (allocated when not given).
+    The pending keys ``pak``, ``pbk``: an (n, d) array or d columns of n (``pending_keys``).
     """
-    pak, pbk = _keys(pak), _keys(pbk)
+    d = wak.shape[1]
+    (ca, sa, na, pak), (cb, sb, nb, pbk) = pending_keys(pak, d), pending_keys(pbk, d)
     par, pbr = _rows(par), _rows(pbr)
     if work is None:
-        work = np.empty(6 * window_size + 2, np.int64)
+        work = np.empty((6 + d) * window_size + 2, np.int64)
     _check_buffers(st, wak, wbk, scratch_ma, scratch_mb, work, window_size)
     return _lib.smerge_cgm_passes(
         _ptr(st, _i64p), _ptr(wak, _f64p), _ptr(war, _i64p), _ptr(wbk, _f64p), _ptr(wbr, _i64p),
-        _ptr(pak, _f64p), _ptr(par, _i64p), pak.shape[0], int(bool(a_exhausted)),
-        _ptr(pbk, _f64p), _ptr(pbr, _i64p), pbk.shape[0], int(bool(b_exhausted)),
+        _ptr(ca, _i64p), sa, _ptr(par, _i64p), na, int(bool(a_exhausted)),
+        _ptr(cb, _i64p), sb, _ptr(pbr, _i64p), nb, int(bool(b_exhausted)),
         wak.shape[1], _ptr(_eps(eps), _f64p), int(window_size), int(inc_a), int(inc_b),
         _ptr(pairs_a, _i64p), _ptr(pairs_b, _i64p), min(pairs_a.shape[0], pairs_b.shape[0]),
         _ptr(ev_a, _i64p), _ptr(ev_b, _i64p), min(ev_a.shape[0], ev_b.shape[0]),
@@ -137,8 +139,9 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
 
 _vp, _int = ctypes.c_void_p, ctypes.c_int
 _cgm_passes_addr = _lib["smerge_cgm_passes"]  # a second handle on the same function, taking addresses
-_cgm_passes_addr.argtypes = ([_vp] * 7 + [_i64, _int, _vp, _vp, _i64, _int, _i64, _vp, _i64, _i64, _i64, _vp, _vp,
-                              _i64, _vp, _vp, _i64, _vp, _vp, _vp, _i64, _vp, _vp, _vp, _vp, _vp])
+_cgm_passes_addr.argtypes = ([_vp] * 5 + [_vp, _i64, _vp, _i64, _int, _vp, _i64, _vp, _i64, _int, _i64, _vp, _i64,
+                              _i64, _i64, _vp, _vp, _i64, _vp, _vp, _i64, _vp, _vp, _vp, _i64, _vp, _vp, _vp, _vp,
+                              _vp])
 _cgm_passes_addr.restype = _int
 
 
@@ -148,10 +151,32 @@ def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def pending_keys(keys, d: int) -> tuple[np.ndarray, int, int, object]:
+    """Pending keys as the kernel reads them: (the addresses of the d columns' first values,
+    the step between records in values, the number of records, the arrays read, to be kept
+    alive during the call). ``keys``: an (n, d) array, or a sequence of d float64 columns of n
+    with one step (``merge.keys.key_columns``: no copy)."""
+    if isinstance(keys, np.ndarray):
+        keys = _keys(keys)
+        if keys.shape[1] != d:
+            raise ValueError("pending keys must have d columns")
+        base = keys.ctypes.data
+        return np.array([base + 8 * c for c in range(d)], np.int64), d, keys.shape[0], keys
+    cols = list(keys)
+    if len(cols) != d:
+        raise ValueError("pending keys must have d columns")
+    n = cols[0].shape[0]
+    step = cols[0].strides[0] if n > 1 else 8
+    if any(c.dtype != np.float64 or c.ndim != 1 or c.shape[0] != n or (n > 1 and c.strides[0] != step)
+           for c in cols) or step % 8 or step <= 0:
+        return pending_keys(np.column_stack(cols), d)  # columns of other steps: as a matrix
+    return np.array([c.ctypes.data for c in cols], np.int64), step // 8, n, cols
+
+
 def _check_buffers(st, wak, wbk, ma, mb, work, window_size) -> None:
     """The sizes ``cgm_passes`` needs (a smaller buffer would be written past its end)."""
-    if st.shape[0] < 16 or work.shape[0] < 6 * window_size + 2:
-        raise ValueError("st must hold 16 int64 and work 6N + 2")
+    if st.shape[0] < 16 or work.shape[0] < (6 + wak.shape[1]) * window_size + 2:
+        raise ValueError("st must hold 16 int64 and work (6 + d)N + 2")
     if min(wak.shape[0], wbk.shape[0], ma.shape[0], mb.shape[0]) < 2 * window_size:
         raise ValueError("window buffers and marks must hold 2N records")
 
@@ -184,12 +209,12 @@ class CGMPasses:
                       _addr(scratch_pb), _addr(work))
 
     def __call__(self, pak, par, a_exhausted, pbk, pbr, b_exhausted, inc_a: int, inc_b: int) -> int:
-        pak, pbk = _keys(pak), _keys(pbk)
+        """``pak``, ``pbk``: an (n, d) array or d columns (``pending_keys``); they and the row
+        ids stay alive and unchanged during the call."""
+        (ca, sa, na, pak), (cb, sb, nb, pbk) = pending_keys(pak, self.d), pending_keys(pbk, self.d)
         par, pbr = _rows(par), _rows(pbr)
-        if pak.shape[1] != self.d or pbk.shape[1] != self.d:
-            raise ValueError("pending keys must have d columns")
-        return _cgm_passes_addr(*self._head, _addr(pak), _addr(par), pak.shape[0], int(bool(a_exhausted)),
-                                _addr(pbk), _addr(pbr), pbk.shape[0], int(bool(b_exhausted)), *self._mid,
+        return _cgm_passes_addr(*self._head, ca.ctypes.data, sa, _addr(par), na, int(bool(a_exhausted)),
+                                cb.ctypes.data, sb, _addr(pbr), nb, int(bool(b_exhausted)), *self._mid,
                                 int(inc_a), int(inc_b), *self._tail)
 
 

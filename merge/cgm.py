@@ -22,7 +22,7 @@ from smerge.errors import KeyNaNError
 from smerge.merge import _kernel
 from smerge.merge.adapt import DeltaController
 from smerge.merge.ceiling import kappa_figures
-from smerge.merge.keys import KeyedBatch, check_key_compat, key_matrix, nan_rows
+from smerge.merge.keys import KeyedBatch, check_key_compat, key_columns, nan_rows
 from smerge.merge.arrays import int64_array
 from smerge.merge.output import RowStore, empty_batch, pair_batch, pair_schema
 from smerge.merge.params import CGMParams
@@ -93,6 +93,24 @@ class _Gatherer:
             self._q.put(None)
 
 
+# Pending keys are a key matrix (n, d) or a tuple of d columns (``merge.keys.key_columns``, read
+# by the kernel as they are: no copy into a matrix).
+def _klen(k) -> int:
+    return k[0].shape[0] if isinstance(k, tuple) else k.shape[0]
+
+
+def _kslice(k, lo: int, hi: int | None = None):
+    return tuple(c[lo:hi] for c in k) if isinstance(k, tuple) else k[lo:hi]
+
+
+def _kcol(k, j: int) -> np.ndarray:
+    return k[j] if isinstance(k, tuple) else k[:, j]
+
+
+def _ktake(k, mask: np.ndarray):
+    return tuple(c[mask] for c in k) if isinstance(k, tuple) else k[mask]
+
+
 class _Side:
     """One input stream: its iterator, records read but not yet in the window, its row store."""
 
@@ -124,7 +142,7 @@ class _Side:
         item = next(self.batches, None)
         self.wait_seconds += time.perf_counter() - t0
         batch, k, bad = item if isinstance(item, KeyedBatch) else (item, None, None)
-        keep_k, keep_r = self.pend_k[consumed:], self.pend_r[consumed:]
+        keep_k, keep_r = _kslice(self.pend_k, consumed), self.pend_r[consumed:]
         if batch is None:
             self.exhausted = True
             self.pend_k, self.pend_r = keep_k, keep_r
@@ -134,25 +152,25 @@ class _Side:
                 if batch.schema.names == self.schema.names else batch.cast(self.schema)
         n = batch.num_rows
         if k is None:
-            k = key_matrix(batch, self.keys)
+            k = key_columns(batch, self.keys)
         if bad is None:
             bad = nan_rows(k)
         r = self._row_ids(n)
         if bad.any():
             first_bad = int(np.argmax(bad))
             if self.params.nan_keys == "error":
-                col = next(c for j, c in enumerate(self.keys) if np.isnan(k[first_bad, j]))
+                col = next(c for j, c in enumerate(self.keys) if np.isnan(_kcol(k, j)[first_bad]))
                 raise KeyNaNError(col, int(r[first_bad]), self.source)
             self.nan_keys += int(bad.sum())
             self.nan_rows.append(r[bad])
-            k, r = k[~bad], r[~bad]
+            k, r = _ktake(k, ~bad), r[~bad]
         self.store.append(batch, self.next_row)
         self.next_row += n
         self.records += n
         if self.all_keys is not None:
-            self.all_keys.append(k)
+            self.all_keys.append(np.column_stack(k) if isinstance(k, tuple) else k)
             self.all_rows.append(r)
-        if keep_k.shape[0]:
+        if _klen(keep_k):
             self.pend_k, self.pend_r = self._joined(keep_k, keep_r, k, r)
         else:
             self.pend_k, self.pend_r = k, r
@@ -172,18 +190,20 @@ class _Side:
             self._iota = np.arange(buf.size, dtype=np.int64)
         return np.add(self._iota[:n], self.next_row, out=buf[:n])
 
-    def _joined(self, keep_k: np.ndarray, keep_r: np.ndarray, k: np.ndarray, r: np.ndarray):
-        """The records left over followed by the batch's, in one of two buffers used in turn
-        (not the one ``keep_k`` may lie in): a fresh array per batch costs page faults on every
-        megabyte, reused ones do not."""
-        n0, n = keep_k.shape[0], keep_k.shape[0] + k.shape[0]
+    def _joined(self, keep_k, keep_r: np.ndarray, k, r: np.ndarray):
+        """The records left over followed by the batch's (keys: matrices or columns), as a key
+        matrix in one of two buffers used in turn (not the one ``keep_k`` may lie in): a fresh
+        array per batch costs page faults on every megabyte, reused ones do not."""
+        d = len(self.keys)
+        n0, n = _klen(keep_k), _klen(keep_k) + _klen(k)
         self._turn ^= 1
         bk, br = self._bufs[self._turn]
         if bk.shape[0] < n:
-            bk = np.empty((max(n, 2 * bk.shape[0]), k.shape[1]), np.float64)
+            bk = np.empty((max(n, 2 * bk.shape[0]), d), np.float64)
             br = np.empty(bk.shape[0], np.int64)
             self._bufs[self._turn] = (bk, br)
-        bk[:n0], bk[n0:n] = keep_k, k
+        for c in range(d):
+            bk[:n0, c], bk[n0:n, c] = _kcol(keep_k, c), _kcol(k, c)
         br[:n0], br[n0:n] = keep_r, r
         return bk[:n], br[:n]
 
@@ -225,7 +245,7 @@ def cgm_merge(
     """Merge A and B with CGM; yield batches of pairs (docs/semantics.md sections 2-3).
 
     The inputs yield ``pyarrow.RecordBatch`` (or ``merge.keys.KeyedBatch`` when the key
-    matrix was computed ahead, e.g. by ``with_keys`` in a reader thread).
+    matrix or the key columns were computed ahead, e.g. by ``with_keys`` in a reader thread).
 
     ``unmatched(side, batch)`` receives the unmatched records of ``"a"`` and ``"b"`` (with
     ``a_row``/``b_row`` when ``params.with_ids``). ``stats`` is filled in as the merge runs
@@ -265,7 +285,7 @@ def cgm_merge(
     sma, smb = np.empty(2 * n, np.bool_), np.empty(2 * n, np.bool_)
     spa, spb = np.empty(n, np.int64), np.empty(n, np.int64)
     st = np.zeros(16, np.int64)
-    work = np.empty(6 * n + 2, np.int64)
+    work = np.empty((6 + d) * n + 2, np.int64)
     report = ReportWindows(n)
     yield_seconds = 0.0
     control = DeltaController(params) if params.adapt else None
@@ -386,7 +406,7 @@ def cgm_merge(
             nan = np.concatenate(side.nan_rows)
             side.nan_rows.clear()
             emit_unmatched(side, nan)
-        side.pend_k, side.pend_r = side.pend_k[:0], side.pend_r[:0]
+        side.pend_k, side.pend_r = _kslice(side.pend_k, 0, 0), side.pend_r[:0]
         side.store.release(rows[:0], side.next_row)
 
     retire(A, np.concatenate([war[st[8]: st[8] + st[0]], A.pend_r[int(st[2]):]]))

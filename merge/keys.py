@@ -183,38 +183,54 @@ def numpy_view(col: pa.Array) -> np.ndarray:
     return np.asarray(col.to_numpy(zero_copy_only=False))
 
 
+def key_columns(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> tuple[np.ndarray, ...]:
+    """The keys of ``batch`` as ``float64`` columns, one per key (a ``float64`` column without
+    nulls is a view of the batch's buffer, not a copy)."""
+    cols = []
+    for k in keys:
+        try:
+            md = batch.schema.field(k).metadata or {}
+            cols.append(column_f64(batch.column(k), exact_ints=b"smerge.cf_units" not in md))
+        except InputError as e:
+            raise InputError(f"key {k!r}: {e}") from None
+    return tuple(cols)
+
+
 def key_matrix(batch: pa.RecordBatch | pa.Table, keys: Sequence[str]) -> np.ndarray:
     """The keys of ``batch`` as a C-ordered ``float64`` array of shape ``(rows, len(keys))``."""
     out = np.empty((batch.num_rows, len(keys)), dtype=np.float64)
-    for c, k in enumerate(keys):
-        try:
-            md = batch.schema.field(k).metadata or {}
-            out[:, c] = column_f64(batch.column(k), exact_ints=b"smerge.cf_units" not in md)
-        except InputError as e:
-            raise InputError(f"key {k!r}: {e}") from None
+    for c, col in enumerate(key_columns(batch, keys)):
+        out[:, c] = col
     return out
 
 
-def nan_rows(keys: np.ndarray) -> np.ndarray:
-    """Boolean mask of rows with any NaN (or missing) key."""
-    bad = np.isnan(keys[:, 0]) if keys.shape[1] else np.zeros(keys.shape[0], dtype=bool)
-    for c in range(1, keys.shape[1]):
-        bad |= np.isnan(keys[:, c])
+def nan_rows(keys: np.ndarray | tuple[np.ndarray, ...]) -> np.ndarray:
+    """Boolean mask of rows with any NaN (or missing) key; ``keys``: a key matrix or the tuple
+    of ``key_columns``."""
+    cols = keys if isinstance(keys, tuple) else [keys[:, c] for c in range(keys.shape[1])]
+    if not cols:
+        return np.zeros(keys.shape[0], dtype=bool)
+    bad = np.isnan(cols[0])
+    for col in cols[1:]:
+        bad |= np.isnan(col)
     return bad
 
 
 class KeyedBatch(NamedTuple):
-    """A record batch with its key matrix and NaN-key mask computed ahead (in a reader thread)."""
+    """A record batch with its key matrix (or ``key_columns``) and NaN-key mask computed ahead
+    (in a reader thread)."""
 
     batch: pa.RecordBatch
-    keys: np.ndarray
+    keys: np.ndarray | tuple[np.ndarray, ...]
     nan: np.ndarray | None = None  # computed by the engine when not given
 
 
-def with_keys(batches: Iterable[pa.RecordBatch], keys: Sequence[str]) -> Iterator[KeyedBatch]:
-    """Attach each batch's key matrix and NaN mask; run it inside a reader thread."""
+def with_keys(batches: Iterable[pa.RecordBatch], keys: Sequence[str], *,
+              columns: bool = False) -> Iterator[KeyedBatch]:
+    """Attach each batch's key matrix (with ``columns``: its ``key_columns``, which the CGM engine
+    reads as they are) and NaN mask; run it inside a reader thread."""
     for b in batches:
-        k = key_matrix(b, keys)
+        k = key_columns(b, keys) if columns else key_matrix(b, keys)
         yield KeyedBatch(b, k, nan_rows(k))
 
 
