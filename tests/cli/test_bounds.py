@@ -117,12 +117,12 @@ def test_fifo_and_pipe_inputs_are_refused_at_once(tmp_path, ncar_dir):
     fifo = tmp_path / "in.parquet"
     os.mkfifo(fifo)
     rc, so, se, secs = run("cgm", fifo, f"{ncar_dir}/Pstorm.cdf", "--local", "-o", tmp_path / "o.parquet",
-                           "--keys", "timestep,lat,lon", timeout=30)
-    assert rc == 2 and "FIFO" in one_line(se) and secs < 20
+                           "--keys", "timestep,lat,lon", timeout=120)
+    assert rc == 2 and "FIFO" in one_line(se) and secs < 60  # refused, not blocked opening the FIFO
     # /dev/stdin from a pipe: refused, not read with its first bytes gone
     p = subprocess.Popen(["cat", f"{ncar_dir}/Pstorm.cdf"], stdout=subprocess.PIPE)
     rc, so, se, secs = run("cgm", f"{ncar_dir}/Pstorm.cdf", "/dev/stdin", "--local", "-o", tmp_path / "o.parquet",
-                           stdin=p.stdout, timeout=30)
+                           stdin=p.stdout, timeout=120)
     p.stdout.close()
     p.kill()
     p.wait()

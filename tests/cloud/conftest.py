@@ -60,10 +60,14 @@ def s3(s3_server, monkeypatch):
     env = {"AWS_ENDPOINT_URL": s3_server, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true",
            "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/credentials", "AWS_CONFIG_FILE": "/nonexistent/config",
-           "SMERGE_REMOTE_TIMEOUT": "5"}
+           "BOTO_CONFIG": "/nonexistent/boto",
+           "SMERGE_REMOTE_TIMEOUT": "30"}  # a loaded machine (tests of the timeout set their own)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "SMERGE_ANON"):
+    # no credentials from the machine running the tests (a CI's role, container or web identity)
+    for k in ("AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "AWS_SESSION_TOKEN", "SMERGE_ANON", "AWS_ROLE_ARN",
+              "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+              "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_AUTHORIZATION_TOKEN"):
         monkeypatch.delenv(k, raising=False)
     bucket = f"b-{uuid.uuid4().hex[:12]}"
     boto3.client("s3", endpoint_url=s3_server, region_name="us-east-1").create_bucket(Bucket=bucket)

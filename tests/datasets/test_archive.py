@@ -236,7 +236,8 @@ ready, where, layout = sys.argv[3], sys.argv[4], sys.argv[5]
 calls = {"n": 0}
 def hang():
     open(ready, "w").close()
-    time.sleep(60)
+    while True:  # until the test kills this process (a slow machine must not let it go on)
+        time.sleep(60)
 if where == "block":  # in the middle of the run's file
     orig = B._write_blob
     def patched(f, data):
@@ -283,8 +284,8 @@ def test_killed_append_leaves_archive_unchanged(request, tmp_path, where, layout
     ready = tmp_path / "ready"
     p = subprocess.Popen([sys.executable, "-c", KILL_SCRIPT, str(arch), s3, str(ready), where, layout])
     try:
-        deadline = time.time() + 30
-        while not ready.exists() and time.time() < deadline and p.poll() is None:
+        deadline = time.monotonic() + 30
+        while not ready.exists() and time.monotonic() < deadline and p.poll() is None:
             time.sleep(0.02)
         assert ready.exists(), "the append never reached the kill point"
         os.kill(p.pid, signal.SIGKILL)

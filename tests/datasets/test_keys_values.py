@@ -146,7 +146,7 @@ def test_rtm_server_keys_matched_by_name(tmp_path):
         assert r.returncode == 0 and json.loads(r.stdout)["matched"] == 3, r.stderr
     finally:
         p.terminate()
-        p.wait(10)
+        p.wait(30)
 
 
 # ---- values ---------------------------------------------------------------------------------

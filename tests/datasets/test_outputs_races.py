@@ -221,7 +221,7 @@ def test_the_exchange_leaves_a_complete_output_at_every_moment(tmp_path):
             # one complete (on a busy machine every read could otherwise overlap a swap and the
             # test would check nothing)
             deadline = time.monotonic() + 60
-            while v not in seen and not bad and time.monotonic() < deadline:
+            while v not in seen and not bad and t.is_alive() and time.monotonic() < deadline:
                 time.sleep(0.001)
     finally:
         stop.set()

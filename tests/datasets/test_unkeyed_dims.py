@@ -138,7 +138,7 @@ def test_a_level_not_a_key_is_refused_against_a_server(tmp_path):
         assert not out.exists()
     finally:
         p.terminate()
-        p.wait(10)
+        p.wait(30)
 
 
 def test_index_build_of_a_b_with_a_dimension_no_key_is_on_is_refused(tmp_path, capsys):

@@ -98,7 +98,7 @@ def test_one_gather_thread_for_the_whole_run():
     assert len(out) > 20 and len(seen) == 1
     (t,) = seen
     assert t.name == "smerge-gather" and t is not threading.current_thread()
-    t.join(timeout=5)
+    t.join(timeout=60)
     assert not t.is_alive()
 
 
@@ -121,5 +121,5 @@ def test_the_gather_thread_ends_when_the_run_stops_early(monkeypatch, how):
         monkeypatch.setattr(cgm, "pair_batch", broken)
         with pytest.raises(RuntimeError, match="gather failed"):
             list(it)
-    t.join(timeout=5)
+    t.join(timeout=60)
     assert not t.is_alive()

@@ -33,7 +33,7 @@ def write_part(path: str, n: int, seed: int) -> pa.Table:
     return t
 
 
-def wait_for(cond, seconds: float = 10.0) -> None:
+def wait_for(cond, seconds: float = 60.0) -> None:
     end = time.monotonic() + seconds
     while not cond():
         assert time.monotonic() < end, "the joiner did not append the parts"

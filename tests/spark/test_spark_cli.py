@@ -98,8 +98,8 @@ def test_cli_bad_input_exit_2_no_output(tmp_path):
 
 
 def _wait(pred, timeout, what):
-    t = time.time()
-    while time.time() - t < timeout:
+    t = time.monotonic()
+    while time.monotonic() - t < timeout:
         if pred():
             return
         time.sleep(0.5)
@@ -130,8 +130,8 @@ def test_sigterm_stops_a_spark_run_and_removes_its_staging(tmp_path, big_input):
     proc = subprocess.Popen([*SMERGE, "cgm", "a.parquet", "a.parquet", "--keys", "time,lat,lon", "--partitions", "2",
                              "-o", "out/o.parquet"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    t0 = time.time()
-    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.time() - t0 < 240:
+    t0 = time.monotonic()
+    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.monotonic() - t0 < 240:
         time.sleep(0.01)
     assert proc.poll() is None, "the run ended before its staging folder was seen; use a larger input"
     proc.terminate()
@@ -163,8 +163,8 @@ def test_sigkill_leftovers_are_removed_by_the_next_run_to_the_same_place(tmp_pat
     outs = ["--partitions", "2", "-o", "out/o.parquet", "--unmatched", "out/u", "--stats", "out/s.json"]
     args = ["cgm", "a.parquet", "a.parquet", "--keys", "time,lat,lon", *outs]
     proc = subprocess.Popen([*SMERGE, *args], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    t0 = time.time()
-    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.time() - t0 < 240:
+    t0 = time.monotonic()
+    while proc.poll() is None and not os.listdir(tmp_path / "out") and time.monotonic() - t0 < 240:
         time.sleep(0.01)
     assert proc.poll() is None, "the run ended before its staging folder was seen; use a larger input"
     jvms = _children(proc.pid)

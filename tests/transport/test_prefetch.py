@@ -25,7 +25,7 @@ def test_reads_ahead_while_consumer_works():
     it = Prefetcher(source(), depth=2)
     assert next(it) == 1
     # The consumer holds item 1 and has not asked for more: the reader fetched ahead anyway.
-    assert produced.wait(5.0)
+    assert produced.wait(60.0)
     assert list(it) == [2, 3]
 
 

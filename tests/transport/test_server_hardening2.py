@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import tracemalloc
 
 import numpy as np
 import pyarrow as pa
@@ -137,14 +138,17 @@ def test_huge_token_file_is_not_read_whole(small_parquet, tmp_path):
         f.seek((300 << 20) - 1)
         f.write(b"a")
     os.chmod(huge, 0o600)
-    # 200 MB of address space above the interpreter's: reading the file whole would fail
     r = subprocess.run(SMERGE + ["serve", str(small_parquet), "--keys", "t", "--port", "0", "--token-file", str(huge)],
                        capture_output=True, text=True, timeout=60)
     _one_line_exit_2(r, str(huge), "longer than 4,352 bytes")
-    t0 = time.perf_counter()
-    with pytest.raises(UsageError, match="longer than"):
-        tokens.read_token_file(str(huge))
-    assert time.perf_counter() - t0 < 0.5
+    tracemalloc.start()  # memory, not time: a whole read holds 300 MB, the reader a few KB
+    try:
+        with pytest.raises(UsageError, match="longer than"):
+            tokens.read_token_file(str(huge))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
     # the client side: SMERGE_TOKEN_FILE and rtm --token-file
     a = tmp_path / "a.parquet"
     pq.write_table(pa.table({"t": [1.0]}), a)
@@ -390,14 +394,15 @@ def test_first_request_deadline_and_idle_timeout(small_server):
     t0 = time.monotonic()
     try:
         assert _closed_by_peer(s, t0 + 10)
-        assert 0.9 < time.monotonic() - t0 < 8
+        assert 0.5 < time.monotonic() - t0 < 8  # the server's clock starts at accept, before t0
     finally:
         s.close()
     c = IndexClient(server.url, token=TOKEN)
     assert c.health()
     gate = server._gate
     deadline = time.monotonic() + 15
-    while gate.expired < 2 and time.monotonic() < deadline:  # the client's idle connection goes after 2 s
+    # the client's idle connection goes after 2 s (counted, then removed from the gate's clients)
+    while not (gate.expired >= 2 and not gate._clients) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert gate.expired == 2 and not gate._clients
     assert c.info()["count"] == 2  # the client reconnects
