@@ -111,7 +111,7 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
     set, [7] report-window stop: when > 0, the A records still to retire before the open report
     window closes (0: no stop), [8] first position of window A in ``wak``/``war``, [9] of window
     B, [10]-[13] the kernel's record of the last sweep (it resumes the next one where the
-    windows did not change). The window buffers and the marks hold 2N records: window A is
+    windows did not change; kept in ``work``), [14] the address of the ``work`` it is kept in. The window buffers and the marks hold 2N records: window A is
     ``war[st[8] : st[8] + st[0]]``. ``counts``: pairs, evicted A, evicted B, passes logged.
     Windows are kept sorted between calls. Returns 0 needs more A input, 1 needs more B input
     (that side's pending records have then joined its window: none is left over), 2 output
@@ -124,6 +124,8 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
     par, pbr = _rows(par), _rows(pbr)
     if work is None:
         work = np.empty((6 + d) * window_size + 2, np.int64)
+    if st[14] != work.ctypes.data:  # the last sweep's path is in another call's work buffer
+        st[10], st[14] = 0, work.ctypes.data
     _check_buffers(st, wak, wbk, scratch_ma, scratch_mb, work, window_size)
     return _lib.smerge_cgm_passes(
         _ptr(st, _i64p), _ptr(wak, _f64p), _ptr(war, _i64p), _ptr(wbk, _f64p), _ptr(wbr, _i64p),

@@ -109,3 +109,45 @@ def test_leading_key_ties_equal_reference():
     a_l, b_l = [tuple(r) for r in a], [tuple(r) for r in b]
     for n, ka, kb, batch in ((12, 3, 4, 9), (30, 30, 1, 100), (7, 2, 7, 3)):
         check(a_l, b_l, 2, (0.0, 0.5), n, ka, kb, batch)
+
+
+def test_unbound_kernel_calls_without_a_kept_work_buffer_equal_reference():
+    """``_kernel.cgm_passes`` called again and again with a fresh work buffer (its output buffers
+    fill every few passes): no pass resumes from a path kept in another call's buffer."""
+    from smerge.merge import _kernel
+
+    rng = np.random.default_rng(4)
+    a = np.sort(rng.integers(0, 3000, 2000)).astype(np.float64) / 2
+    b = np.sort(rng.integers(0, 3000, 1800)).astype(np.float64) / 2
+    n, k, eps = 16, 4, (0.5,)
+    st = np.zeros(16, np.int64)
+    wak, wbk = np.empty((2 * n, 1)), np.empty((2 * n, 1))
+    war, wbr = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
+    cap = 3 * n
+    pairs_a, pairs_b, ev_a, ev_b = (np.empty(cap, np.int64) for _ in range(4))
+    counts, pass_m, pass_ret = np.zeros(4, np.int64), np.empty(64, np.int64), np.empty(64, np.int64)
+    ma, mb = np.empty(2 * n, np.bool_), np.empty(2 * n, np.bool_)
+    spa, spb = np.empty(n, np.int64), np.empty(n, np.int64)
+    ka, kb = a.reshape(-1, 1), b.reshape(-1, 1)
+    ra, rb = np.arange(a.size, dtype=np.int64), np.arange(b.size, dtype=np.int64)
+    pairs, un_a, un_b, calls = [], [], [], 0
+    works = [np.empty(7 * n + 2, np.int64) for _ in range(2)]
+    while True:
+        # two buffers in turn (each holds the path of the call before last), or a fresh one
+        work = works[calls % 2] if calls % 5 else None
+        status = _kernel.cgm_passes(st, wak, war, wbk, wbr, ka, ra, True, kb, rb, True, eps, n, k, k, pairs_a,
+                                    pairs_b, ev_a, ev_b, counts, pass_m, pass_ret, ma, mb, spa, spb, work)
+        calls += 1
+        pairs += list(zip(pairs_a[:counts[0]].tolist(), pairs_b[:counts[0]].tolist()))
+        un_a += ev_a[:counts[1]].tolist()
+        un_b += ev_b[:counts[2]].tolist()
+        counts[:] = 0
+        if status == 3:
+            break
+        assert status == 2
+    un_a += war[st[8]: st[8] + st[0]].tolist() + ra[st[2]:].tolist()
+    un_b += wbr[st[9]: st[9] + st[1]].tolist() + rb[st[3]:].tolist()
+    ref_pairs, ref_ua, ref_ub, _ = cgm_reference([(x,) for x in a], [(x,) for x in b], n, k, k, eps)
+    assert calls > 20
+    assert pairs == ref_pairs
+    assert sorted(un_a) == sorted(ref_ua) and sorted(un_b) == sorted(ref_ub)
