@@ -434,6 +434,30 @@ int smerge_cgm_passes(CGM_PASSES_PARAMS) {
     }
 }
 
+/* Fixed-width values gathered from several arrays (the record batches of a row store) without
+ * concatenating them: out[i] is element pos[i] - starts[s] of array s (at address bases[s]),
+ * where starts[s] <= pos[i] < starts[s + 1]; starts: nseg + 1 cumulative lengths, every pos in
+ * [0, starts[nseg]) (checked by the caller). itemsize: 1, 2, 4 or 8 bytes. */
+#define GATHER_SEGMENTS(T)                                                                         \
+    for (i64 i = 0, s = 0; i < n; i++) {                                                           \
+        i64 p = pos[i];                                                                            \
+        if (p < starts[s] || p >= starts[s + 1]) {                                                 \
+            i64 lo = 0, hi = nseg - 1;                                                             \
+            while (lo < hi) { i64 mid = (lo + hi + 1) / 2; if (starts[mid] <= p) lo = mid; else hi = mid - 1; } \
+            s = lo;                                                                                \
+        }                                                                                          \
+        ((T *)out)[i] = ((const T *)(intptr_t)bases[s])[p - starts[s]];                            \
+    }
+void smerge_gather_segments(i64 nseg, const i64 *bases, const i64 *starts, i64 itemsize, const i64 *pos, i64 n,
+                            void *out) {
+    switch (itemsize) {
+    case 1: GATHER_SEGMENTS(uint8_t) break;
+    case 2: GATHER_SEGMENTS(uint16_t) break;
+    case 4: GATHER_SEGMENTS(uint32_t) break;
+    default: GATHER_SEGMENTS(uint64_t) break;
+    }
+}
+
 /* kappa_max (docs/semantics.md section 4): repeat the sweep over whole sorted streams until dry.
  * ak/ar and bk/br are sorted copies the function may modify; am/bm: na/nb bytes;
  * spa/spb: min(na, nb) + 1. Returns the number of pairs written to pairs_a/pairs_b. */

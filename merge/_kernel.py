@@ -44,6 +44,8 @@ def _load() -> ctypes.CDLL:
     lib.smerge_sweep_until_dry.argtypes = [_f64p, _i64p, _i64, _f64p, _i64p, _i64, _i64, _f64p, _i64p, _i64p,
                                            _u8p, _u8p, _i64p, _i64p]
     lib.smerge_sweep_until_dry.restype = _i64
+    lib.smerge_gather_segments.argtypes = [_i64, _i64p, _i64p, _i64, _i64p, _i64, ctypes.c_void_p]
+    lib.smerge_gather_segments.restype = None
     return lib
 
 
@@ -236,3 +238,21 @@ def sweep_until_dry(keys_a, rows_a, keys_b, rows_b, eps, pairs_a, pairs_b) -> in
         _ptr(ak, _f64p), _ptr(ar, _i64p), na, _ptr(bk, _f64p), _ptr(br, _i64p), nb, ak.shape[1],
         _ptr(_eps(eps), _f64p), _ptr(pairs_a, _i64p), _ptr(pairs_b, _i64p), _ptr(am, _u8p), _ptr(bm, _u8p),
         _ptr(spa, _i64p), _ptr(spb, _i64p)))
+
+
+def gather_segments(arrays: list[np.ndarray], pos: np.ndarray, out: np.ndarray) -> None:
+    """``out[i] = concatenate(arrays)[pos[i]]`` without concatenating: one-dimensional arrays
+    of one fixed-width dtype (1, 2, 4 or 8 bytes) that stay alive during the call; every
+    position must lie inside (the caller checks)."""
+    itemsize = out.dtype.itemsize
+    if itemsize not in (1, 2, 4, 8) or any(a.dtype.itemsize != itemsize or a.ndim != 1 for a in arrays):
+        raise ValueError("gather_segments takes arrays of one 1-, 2-, 4- or 8-byte dtype")
+    arrays = [np.ascontiguousarray(a) for a in arrays]
+    bases = np.array([a.ctypes.data for a in arrays], np.int64)
+    starts = np.zeros(len(arrays) + 1, np.int64)
+    np.cumsum([a.shape[0] for a in arrays], out=starts[1:])
+    pos = _rows(pos)
+    if not out.flags["C_CONTIGUOUS"] or out.shape[0] < pos.shape[0]:
+        raise ValueError("out must be contiguous and hold every position")
+    _lib.smerge_gather_segments(len(arrays), _ptr(bases, _i64p), _ptr(starts, _i64p), itemsize, _ptr(pos, _i64p),
+                                pos.shape[0], out.ctypes.data)

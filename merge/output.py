@@ -62,35 +62,54 @@ def _take(data, pos: np.ndarray):
     return _TAKE.call([data, int64_array(pos)])
 
 
-def _numpy_take(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch | None:
-    """``batch.take(pos)`` by numpy when ``arrays.values`` reads every column (fixed-width
-    numbers and times without nulls: the usual payload of gridded data), else None: as fast as
-    Arrow's take on one batch, and a process that needs nothing else of Arrow's compute functions
-    does not load them (~12 ms). Positions are checked once, then every column is gathered
-    without a check per element."""
-    vals = [values(col) for col in batch.columns]
-    if any(v is None for v in vals):
+def _numpy_take(batches: pa.RecordBatch | Sequence[pa.RecordBatch], pos: np.ndarray) -> pa.RecordBatch | None:
+    """The rows at ``pos`` of the batches' concatenation (``Table.from_batches(batches).take(pos)``)
+    by numpy (one batch) or the C kernel (several: no concatenation), when ``arrays.values`` reads
+    every column (fixed-width numbers and times without nulls: the usual payload of gridded
+    data), else None: as fast as Arrow's take on one batch, faster on several (Arrow concatenated
+    them first, fresh pages for every flush), and a process that needs nothing else of Arrow's
+    compute functions does not load them (~12 ms). Positions are checked once, then every
+    column is gathered without a check per element."""
+    if isinstance(batches, pa.RecordBatch):
+        batches = [batches]
+    vals = [[values(b.column(j)) for b in batches] for j in range(batches[0].num_columns)]
+    if any(v is None for col in vals for v in col):
         return None
-    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= batch.num_rows):
-        raise IndexError(f"row positions {int(pos.min())}..{int(pos.max())} outside a batch of {batch.num_rows}")
+    total = sum(b.num_rows for b in batches)
+    if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= total):
+        raise IndexError(f"row positions {int(pos.min())}..{int(pos.max())} outside batches of {total} rows")
     cols = []
-    for field, v in zip(batch.schema, vals):
+    for field, col in zip(batches[0].schema, vals):
         # Arrow's memory (its pool reuses the pages of batches written and freed, in any thread)
-        buf = pa.allocate_buffer(pos.size * v.itemsize)
-        v.take(pos, out=np.frombuffer(buf, v.dtype), mode="clip")
+        buf = pa.allocate_buffer(pos.size * col[0].itemsize)
+        out = np.frombuffer(buf, col[0].dtype)
+        if len(col) == 1:
+            col[0].take(pos, out=out, mode="clip")
+        else:
+            from smerge.merge._kernel import gather_segments
+
+            gather_segments(col, pos, out)
         cols.append(pa.Array.from_buffers(field.type, pos.size, [None, buf]))
-    return pa.RecordBatch.from_arrays(cols, schema=batch.schema)
+    return pa.RecordBatch.from_arrays(cols, schema=batches[0].schema)
 
 
 def _gather(batch: pa.RecordBatch, pos: np.ndarray) -> pa.RecordBatch:
     """``batch.take(pos)``: a zero-copy slice for a consecutive run, else numpy's or Arrow's take
-    (both release the GIL). Rows of several batches are taken by Arrow (``RowStore.take``): numpy
-    would gather and scatter batch by batch, at twice the time."""
+    (both release the GIL)."""
     n = pos.size
     if n and int(pos[-1]) - int(pos[0]) == n - 1 and (n == 1 or bool((np.diff(pos) == 1).all())):
         return batch.slice(int(pos[0]), n)
     taken = _numpy_take(batch, pos)
     return taken if taken is not None else _take(batch, pos)
+
+
+def _take_batches(batches: list[pa.RecordBatch], pos: np.ndarray, schema: pa.Schema) -> pa.RecordBatch:
+    """The rows at ``pos`` of several batches' concatenation, as one batch: the C kernel's gather,
+    else Arrow's take."""
+    taken = _numpy_take(batches, pos)
+    if taken is not None:
+        return taken
+    return _one_batch(_take(pa.Table.from_batches(batches, schema=schema), pos), schema)
 
 
 def _one_batch(table: pa.Table, schema: pa.Schema) -> pa.RecordBatch:
@@ -144,8 +163,7 @@ class RowStore:
             pos = rows - run[0][0]
             if len(run) == 1:
                 return _gather(run[0][2], pos)
-            table = pa.Table.from_batches([b for _, _, b in run], schema=self.schema)
-            return _one_batch(_take(table, pos), self.schema)
+            return _take_batches([b for _, _, b in run], pos, self.schema)
         firsts = np.array([s[0] for s in self._segs], dtype=np.int64)
         seg_of = np.searchsorted(firsts, rows, side="right") - 1
         offsets = np.zeros(len(self._segs) + 1, dtype=np.int64)
@@ -160,8 +178,7 @@ class RowStore:
                 pos[sel] = offsets[s] + np.searchsorted(ids, rows[sel])
         if hi - lo == 1:
             return _gather(self._segs[lo][2], pos - offsets[lo])
-        table = pa.Table.from_batches([s[2] for s in self._segs[lo:hi]], schema=self.schema)
-        return _one_batch(_take(table, pos - offsets[lo]), self.schema)
+        return _take_batches([s[2] for s in self._segs[lo:hi]], pos - offsets[lo], self.schema)
 
     def release(self, live_rows: np.ndarray, next_row: int) -> None:
         """Drop rows that are not live: ``live_rows`` (any order) plus every row >= ``next_row``.
