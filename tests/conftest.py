@@ -9,8 +9,12 @@ import pytest
 from hypothesis import settings
 
 # No per-example deadline anywhere: CI runs on a shared 2-core machine where a slow example is
-# load, not a bug (timings live in bench/, never in tests).
-settings.register_profile("smerge", deadline=None)
+# load, not a bug (timings live in bench/, never in tests). The examples are drawn from a seed
+# derived from each test (derandomize): every run, a fresh clone's CI included, tests the same
+# examples, so a failure reproduces (and prints its blob). SMERGE_HYPOTHESIS=explore draws new
+# examples every run, to look for what the fixed ones miss.
+_EXPLORE = os.environ.get("SMERGE_HYPOTHESIS") == "explore"
+settings.register_profile("smerge", deadline=None, derandomize=not _EXPLORE, print_blob=True)
 settings.load_profile("smerge")
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "helpers"))
