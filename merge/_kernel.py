@@ -124,9 +124,12 @@ def cgm_passes(st, wak, war, wbk, wbr, pak, par, a_exhausted, pbk, pbr, b_exhaus
     d = wak.shape[1]
     (ca, sa, na, pak), (cb, sb, nb, pbk) = pending_keys(pak, d), pending_keys(pbk, d)
     par, pbr = _rows(par), _rows(pbr)
-    if work is None:
+    fresh = work is None
+    if fresh:
         work = np.empty((6 + d) * window_size + 2, np.int64)
-    if st[14] != work.ctypes.data:  # the last sweep's path is in another call's work buffer
+    # no path to resume in a buffer allocated here (it may lie where the last call's was freed)
+    # or in another call's buffer
+    if fresh or st[14] != work.ctypes.data:
         st[10], st[14] = 0, work.ctypes.data
     _check_buffers(st, wak, wbk, scratch_ma, scratch_mb, work, window_size)
     return _lib.smerge_cgm_passes(
